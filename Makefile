@@ -1,0 +1,66 @@
+# One obvious entry point per activity. Everything installs what it needs itself (root, Debian 12).
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CACHE ?= $(HOME)/.cache/gpubox
+export GPUBOX_CACHE := $(CACHE)
+export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
+export PATH := $(abspath $(VENV))/bin:$(PATH)
+export ANSIBLE_FORCE_COLOR := 0
+export PY_COLORS := 0
+SCENARIOS ?= default topology_4x4090 bad_pin
+JOBS ?= 2
+GROUP ?= gpu_2x3090
+
+.PHONY: help venv lock lint unit harness molecule test bench plan demo demo-clean clean
+
+help:
+	@echo "make demo | test | lint | unit | molecule | bench | plan GROUP=gpu_2x3090 | lock | clean"
+
+$(VENV)/.stamp: requirements-dev.lock pyproject.toml
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.lock
+	touch $@
+
+venv: $(VENV)/.stamp
+
+lock: ## re-resolve the tooling pins from pyproject.toml into requirements-dev.lock
+	rm -rf .lockvenv && python3 -m venv .lockvenv
+	.lockvenv/bin/pip install -q --disable-pip-version-check \
+	  $$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))')
+	.lockvenv/bin/pip freeze --exclude gpubox | sort > requirements-dev.lock
+	rm -rf .lockvenv
+
+lint: venv
+	ruff check . && ruff format --check .
+	yamllint -s .
+	ansible-lint
+
+unit: venv
+	pytest -q tests/unit
+
+harness: venv
+	molecule/shared/host-setup.sh
+	molecule/shared/image/build.sh
+	$(PY) molecule/shared/aptrepo/build_repo.py --out $(GPUBOX_APTREPO) --cache $(CACHE)/aptrepo
+
+molecule: harness
+	$(PY) tools/run_scenarios.py --jobs $(JOBS) $(SCENARIOS)
+
+test: lint unit molecule
+
+bench: venv
+	$(PY) tools/bench.py --out bench/results.md
+
+plan: venv
+	$(PY) tools/plan.py $(GROUP)
+
+demo: harness
+	$(PY) tools/demo.py up
+
+demo-clean: venv
+	$(PY) tools/demo.py down
+
+clean:
+	rm -rf $(VENV) .cache

@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Host side of the test harness: podman with runc, mmdebstrap, dpkg-dev, gnupg; containers.conf
+# tuned for this kind of VM (docs: ../shared/docs/testing.md). Idempotent; needs root.
+set -euo pipefail
+export DEBIAN_FRONTEND=noninteractive
+need=(podman runc mmdebstrap dpkg-dev gnupg uidmap)
+missing=()
+for p in "${need[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+# crun rejects the hybrid cgroup layout of these VMs -> runc. No CAP_SYS_RESOURCE -> podman's default
+# ulimits cannot be applied -> pin them at or below the hard limits.
+nofile=$(ulimit -Hn); { [ "$nofile" = unlimited ] || [ "$nofile" -gt 16384 ]; } && nofile=16384
+nproc=$(ulimit -Hu); { [ "$nproc" = unlimited ] || [ "$nproc" -gt 16384 ]; } && nproc=16384
+mkdir -p /etc/containers
+conf=$(printf '[containers]\ndefault_ulimits = ["nofile=%s:%s", "nproc=%s:%s"]\n[engine]\nruntime = "runc"\n' \
+  "$nofile" "$nofile" "$nproc" "$nproc")
+[ "$(cat /etc/containers/containers.conf 2>/dev/null)" = "$conf" ] || printf '%s\n' "$conf" > /etc/containers/containers.conf

@@ -1,0 +1,29 @@
+"""Verify the host layer on the simulated 4 x RTX 4090 box: PCIe only, the driver reports no P2P."""
+
+import json
+
+PIN = "535.261.03-1"
+
+
+def test_driver_pinned_and_held(host):
+    assert host.package("nvidia-smi").version == PIN
+    assert "nvidia-smi" in host.check_output("apt-mark showhold").split()
+
+
+def test_gpu_check_disables_p2p(host):
+    props = host.check_output("systemctl show -p ActiveState -p Result gpubox-gpu-check.service")
+    assert "ActiveState=active" in props and "Result=success" in props
+    lines = host.file("/etc/gpubox/nccl.env").content_string.splitlines()
+    assert "NCCL_P2P_DISABLE=1" in [line.strip() for line in lines if not line.startswith("#")]
+
+
+def test_gpu_check_saw_four_gpus_without_p2p(host):
+    state = json.loads(host.file("/var/lib/gpubox/gpu-check.json").content_string)
+    pairs = state["p2p_read"]
+    assert len(pairs) == 6  # 4 GPUs -> 6 pairs
+    assert all(v != "OK" for v in pairs.values())
+    assert not any(v.startswith("NV") for v in state["links"].values())
+
+
+def test_swappiness_from_group_vars(host):
+    assert "vm.swappiness=1" in host.file("/etc/sysctl.d/60-gpubox.conf").content_string.replace(" ", "")
