@@ -1,0 +1,437 @@
+"""GPU memory capacity planner for vLLM 0.7.3's V0 engine (pure Python, stdlib only).
+
+What vLLM 0.7.3 does at start-up (read from the 0.7.3 wheel: vllm/worker/worker.py
+``determine_num_available_blocks``, vllm/utils.py ``memory_profiling``, vllm/config.py
+``SchedulerConfig``, vllm/engine/arg_utils.py, vllm/worker/cache_engine.py):
+
+1. A baseline memory snapshot is taken after the CUDA context exists but before NCCL/model load.
+2. The weights are loaded (``weights``: bytes PyTorch allocated while loading).
+3. A profiling forward pass runs over ``max_num_batched_tokens`` tokens split into ``max_num_seqs``
+   dummy prompts; ``activation`` = increase of torch's allocated-bytes peak during that pass.
+4. ``non_torch`` = growth, since the baseline, of device memory that torch did not allocate
+   (NCCL communicators, custom all-reduce buffers, cuBLAS/attention workspaces).
+5. ``kv = total_gpu_memory * gpu_memory_utilization - weights - activation - non_torch``;
+   ``# GPU blocks = floor(kv / (block_size * kv_bytes_per_token_per_gpu))``, the minimum over ranks.
+   ``total_gpu_memory`` is what cudaMemGetInfo reports: nvidia-smi's total minus the driver's
+   reserved memory. The CUDA context and later CUDA-graph capture are *not* in the budget: they live in
+   the ``1 - gpu_memory_utilization`` headroom, which is why 0.95+ OOMs once graphs are captured.
+6. vLLM refuses to start when ``# GPU blocks * block_size < max_model_len``.
+
+Defaults (vLLM 0.7.3, V0): ``max_num_seqs`` 256; ``block_size`` 16; chunked prefill is switched on by
+itself only when ``max_model_len > 32768`` (CUDA, no sliding window), and then
+``max_num_batched_tokens`` defaults to 2048, otherwise to ``max(max_model_len, 2048)``.
+
+The two terms that cannot be read from a config are modelled physically and calibrated against the
+public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.py`` reports the fit):
+
+* activation peak (bytes) = ``ACTIVATION_FACTOR * T * (2 * hidden + 3 * intermediate / tp) * act_bytes``
+  where ``T = max_num_batched_tokens``. The bracket is the live set at the MLP of one layer (residual +
+  normed input, the fused gate_up output and the activation output, sharded by tp); ``act_bytes`` is the
+  activation dtype size (2 for bf16/fp16). ``ACTIVATION_FACTOR = 1.45``: the median measured/modelled
+  ratio of the calibration cases (1.31 for Qwen2.5-32B tp2 at 10000 tokens, vllm#15815; 1.61 for a
+  Qwen2.5-14B-architecture model tp2 at 2048 tokens, vllm#13061; 1.6 and 2.8 for Llama-3-8B tp1/tp2
+  at 8192 tokens, vllm PR #10511, a pre-0.7 build). The remainder is allocator slack, rotary/attention
+  temporaries and the driver rank's logits.
+* non-torch (GiB) = ``NON_TORCH_BASE_GIB + NON_TORCH_PER_TP_GIB * tp`` = 0.10 + 0.075 * tp, a least-squares
+  line through the logged values 0.16 (tp 1, H100, PR #12126), 0.25 and 0.30 (tp 2: 2x4090 vllm#13061,
+  2xL40S vllm#15815) and 0.34-0.43 (tp 4, A100-40GB, vllm#16570). NCCL buffers grow with the number of
+  peers, hence the per-tp term.
+* ``DEFAULT_RESERVED_MIB = 450``: nvidia-smi total minus cudaMemGetInfo total on 24 GB cards
+  (RTX 4090: 24564 MiB vs 23.55 GiB logged in vllm#13061 and #11550 = 449 MiB; a 23.58 GiB 24 GB card in
+  vllm PR #14447 = 430 MiB from 24576). Pass ``gpu["memory_reserved_mib"]`` when it is known
+  (``nvidia-smi -q``: FB Memory Usage / Reserved).
+
+Weights per GPU are ``weights_bytes / (tp * pp)``; vLLM's own figure is within ~0.2 GiB of that for the
+calibration cases (e.g. Qwen2.5-32B tp2: 30.51 planned, 30.71 logged).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+GIB = 1024**3
+MIB = 1024**2
+
+# Calibrated constants (see module docstring for the data behind each).
+ACTIVATION_FACTOR = 1.45
+NON_TORCH_BASE_GIB = 0.10
+NON_TORCH_PER_TP_GIB = 0.075
+DEFAULT_RESERVED_MIB = 450
+
+# vLLM 0.7.3 facts.
+DEFAULT_MAX_NUM_SEQS = 256
+DEFAULT_BLOCK_SIZE = 16
+CUDA_BLOCK_SIZES = (8, 16, 32)  # the CLI accepts 64/128 too, but CUDA supports only up to 32
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+CHUNKED_PREFILL_AUTO_ABOVE = 32768
+CHUNKED_PREFILL_BATCHED_TOKENS = 2048
+MIN_BATCHED_TOKENS = 2048
+
+# Thresholds for warnings.
+UTILIZATION_WARN_AT = 0.95
+KV_MARGIN_WARN_GIB = 1.0
+
+DTYPE_BYTES = {
+    "bfloat16": 2,
+    "float16": 2,
+    "half": 2,
+    "bf16": 2,
+    "fp16": 2,
+    "float32": 4,
+    "float": 4,
+    "fp8": 1,
+    "fp8_e4m3": 1,
+    "fp8_e5m2": 1,
+}
+
+# One table from the planner's input keys to the inventory variables (group_vars) that set them.
+INVENTORY_NAMES = {
+    "serving.tensor_parallel_size": "gpubox_tensor_parallel_size",
+    "serving.pipeline_parallel_size": "gpubox_pipeline_parallel_size",
+    "serving.gpu_memory_utilization": "gpubox_gpu_memory_utilization",
+    "serving.max_model_len": "gpubox_max_model_len",
+    "serving.max_num_seqs": "gpubox_max_num_seqs",
+    "serving.max_num_batched_tokens": "gpubox_max_num_batched_tokens",
+    "serving.kv_cache_dtype": "gpubox_kv_cache_dtype",
+    "serving.enforce_eager": "gpubox_enforce_eager",
+    "serving.block_size": "gpubox_block_size",
+    "gpu.name": "gpubox_gpu_name",
+    "gpu.memory_total_mib": "gpubox_gpu_memory_mib",
+    "gpu.count": "gpubox_gpu_count",
+    "model": "gpubox_model_id",
+    "model.torch_dtype": "gpubox_model_dtype",
+    "model.quantization": "gpubox_model_quantization",
+}
+
+
+def var(key: str) -> str:
+    """Inventory variable for a planner input key, e.g. ``serving.max_num_seqs`` -> gpubox_max_num_seqs."""
+    return INVENTORY_NAMES.get(key, INVENTORY_NAMES["model"] if key.startswith("model.") else key)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
+    intermediate: int
+    vocab: int
+    head_dim: int
+    dtype_bytes: int
+    max_position_embeddings: int
+    weights_bytes: int
+    quantization: str | None
+
+
+@dataclass(frozen=True)
+class GpuFacts:
+    name: str
+    total_mib: float
+    reserved_mib: float
+    count: int
+
+
+@dataclass(frozen=True)
+class ServingFacts:
+    tp: int
+    pp: int
+    utilization: float
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    chunked_prefill: bool
+    kv_dtype_bytes: int
+    enforce_eager: bool
+    block_size: int
+
+
+@dataclass
+class Plan:
+    weights_gib_per_gpu: float = 0.0
+    activation_peak_gib: float = 0.0
+    non_torch_gib: float = 0.0
+    kv_cache_gib_per_gpu: float = 0.0
+    kv_bytes_per_token_per_gpu: int = 0
+    gpu_blocks: int = 0
+    kv_tokens: int = 0
+    max_concurrency: float = 0.0
+    budget_gib_per_gpu: float = 0.0
+    max_num_batched_tokens: int = 0
+    fits: bool = False
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+
+class _Collector:
+    """Collects validation errors so that every bad input is reported, not only the first."""
+
+    def __init__(self) -> None:
+        self.errors: list[str] = []
+
+    def int_at_least(self, section: dict, section_name: str, key: str, minimum: int, hint: str) -> int:
+        value = section.get(key)
+        name = var(f"{section_name}.{key}")
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            self.errors.append(f"{name} must be an integer >= {minimum}, got {value!r}: {hint}")
+            return minimum
+        return value
+
+
+def _positive_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+
+
+def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
+    required = (
+        "num_hidden_layers",
+        "num_attention_heads",
+        "num_key_value_heads",
+        "hidden_size",
+        "intermediate_size",
+        "vocab_size",
+        "max_position_embeddings",
+        "weights_bytes",
+    )
+    bad = [k for k in required if not _positive_int(model.get(k))]
+    if bad:
+        errors.append(
+            f"{var('model')}: model facts {', '.join(bad)} missing or not positive integers; "
+            "use a model from the catalog (gpubox_models) or give its config.json values"
+        )
+        return None
+    dtype = str(model.get("torch_dtype") or "").lower()
+    if dtype not in DTYPE_BYTES:
+        errors.append(
+            f"{var('model.torch_dtype')} must be one of bfloat16, float16, float32, got {dtype or None!r}: "
+            "set it to the model's torch_dtype from config.json"
+        )
+        return None
+    head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
+    return ModelFacts(
+        layers=model["num_hidden_layers"],
+        heads=model["num_attention_heads"],
+        kv_heads=model["num_key_value_heads"],
+        hidden=model["hidden_size"],
+        intermediate=model["intermediate_size"],
+        vocab=model["vocab_size"],
+        head_dim=int(head_dim),
+        dtype_bytes=DTYPE_BYTES[dtype],
+        max_position_embeddings=model["max_position_embeddings"],
+        weights_bytes=model["weights_bytes"],
+        quantization=model.get("quantization"),
+    )
+
+
+def _gpu_facts(gpu: dict, errors: list[str]) -> GpuFacts | None:
+    col = _Collector()
+    count = col.int_at_least(gpu, "gpu", "count", 1, "set it to the number of GPUs in the box")
+    total = gpu.get("memory_total_mib")
+    if isinstance(total, bool) or not isinstance(total, (int, float)) or total <= 0:
+        col.errors.append(
+            f"{var('gpu.memory_total_mib')} must be a positive number of MiB per GPU, got {total!r}: "
+            "use nvidia-smi's memory.total (e.g. 24576 for an RTX 3090)"
+        )
+    reserved = gpu.get("memory_reserved_mib", DEFAULT_RESERVED_MIB)
+    if reserved is None:
+        reserved = DEFAULT_RESERVED_MIB
+    if isinstance(reserved, bool) or not isinstance(reserved, (int, float)) or reserved < 0:
+        col.errors.append(f"gpu memory_reserved_mib must be a number >= 0, got {reserved!r}")
+    errors.extend(col.errors)
+    if col.errors:
+        return None
+    return GpuFacts(str(gpu.get("name") or "GPU"), float(total), float(reserved), count)
+
+
+def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -> ServingFacts | None:
+    col = _Collector()
+    tp = col.int_at_least(serving, "serving", "tensor_parallel_size", 1, "use 1, 2, 4 or 8")
+    pp = col.int_at_least(serving, "serving", "pipeline_parallel_size", 1, "use 1 unless you span hosts")
+    max_len = col.int_at_least(
+        serving, "serving", "max_model_len", 1, "set the context length to serve, e.g. 8192"
+    )
+    seqs_raw = serving.get("max_num_seqs")
+    max_seqs = (
+        DEFAULT_MAX_NUM_SEQS
+        if seqs_raw is None
+        else col.int_at_least(serving, "serving", "max_num_seqs", 1, "e.g. 8 for a small team")
+    )
+
+    util = serving.get("gpu_memory_utilization")
+    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+        col.errors.append(
+            f"{var('serving.gpu_memory_utilization')} must be a fraction in (0, 1], got {util!r}: "
+            "use 0.90-0.92 (vLLM's default is 0.90)"
+        )
+        util = 0.9
+
+    chunked = max_len > CHUNKED_PREFILL_AUTO_ABOVE
+    default_tokens = CHUNKED_PREFILL_BATCHED_TOKENS if chunked else max(max_len, MIN_BATCHED_TOKENS)
+    batched_raw = serving.get("max_num_batched_tokens")
+    batched = (
+        default_tokens
+        if batched_raw is None
+        else col.int_at_least(serving, "serving", "max_num_batched_tokens", 1, "or null for vLLM's default")
+    )
+    if batched_raw is not None and batched < max_len and not chunked:
+        col.errors.append(
+            f"{var('serving.max_num_batched_tokens')} ({batched}) is smaller than "
+            f"{var('serving.max_model_len')} ({max_len}); vLLM 0.7.3 refuses this without chunked "
+            "prefill: raise it or set it to null"
+        )
+    if batched < max_seqs:
+        col.errors.append(
+            f"{var('serving.max_num_batched_tokens')} ({batched}) must be >= "
+            f"{var('serving.max_num_seqs')} ({max_seqs}): lower max_num_seqs or raise the token budget"
+        )
+
+    kv_dtype = serving.get("kv_cache_dtype") or "auto"
+    if kv_dtype not in KV_CACHE_DTYPES:
+        col.errors.append(
+            f"{var('serving.kv_cache_dtype')} must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_dtype!r}"
+        )
+        kv_dtype = "auto"
+
+    block_raw = serving.get("block_size")
+    block = DEFAULT_BLOCK_SIZE if block_raw is None else block_raw
+    if block not in CUDA_BLOCK_SIZES or isinstance(block, bool):
+        col.errors.append(
+            f"{var('serving.block_size')} must be one of {CUDA_BLOCK_SIZES} on CUDA or null (16), "
+            f"got {block_raw!r}"
+        )
+        block = DEFAULT_BLOCK_SIZE
+
+    eager = serving.get("enforce_eager", False)
+    if not isinstance(eager, bool):
+        col.errors.append(f"{var('serving.enforce_eager')} must be true or false, got {eager!r}")
+        eager = False
+
+    errors.extend(col.errors)
+    if col.errors:
+        return None
+    kv_bytes = (model.dtype_bytes if model else 2) if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
+    return ServingFacts(tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block)
+
+
+def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
+    """K and V for every layer on this GPU; kv heads are split by tp and replicated below one per GPU."""
+    kv_heads_per_gpu = max(1, model.kv_heads // serving.tp)
+    layers_per_gpu = math.ceil(model.layers / serving.pp)
+    return 2 * layers_per_gpu * kv_heads_per_gpu * model.head_dim * serving.kv_dtype_bytes
+
+
+def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
+    """Calibrated peak of the profiling pass over max_num_batched_tokens (see module docstring)."""
+    act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
+    per_token = 2 * model.hidden + 3 * model.intermediate / serving.tp
+    return ACTIVATION_FACTOR * serving.max_num_batched_tokens * per_token * act_bytes
+
+
+def non_torch_gib(serving: ServingFacts) -> float:
+    return NON_TORCH_BASE_GIB + NON_TORCH_PER_TP_GIB * serving.tp
+
+
+def _topology_errors(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts) -> list[str]:
+    errors = []
+    if serving.tp * serving.pp > gpu.count:
+        errors.append(
+            f"{var('serving.tensor_parallel_size')} x {var('serving.pipeline_parallel_size')} = "
+            f"{serving.tp * serving.pp} GPUs, but {var('gpu.count')} is {gpu.count}: use at most "
+            f"{gpu.count} GPUs in total"
+        )
+    if model.heads % serving.tp:
+        errors.append(
+            f"{var('serving.tensor_parallel_size')} ({serving.tp}) must divide the model's "
+            f"{model.heads} attention heads (vLLM 0.7.3 refuses otherwise): choose a divisor of {model.heads}"
+        )
+    if not (model.kv_heads % serving.tp == 0 or serving.tp % model.kv_heads == 0):
+        errors.append(
+            f"{var('serving.tensor_parallel_size')} ({serving.tp}) and the model's {model.kv_heads} KV "
+            "heads: "
+            "one must divide the other (vLLM splits or replicates KV heads): choose another tp"
+        )
+    if serving.max_model_len > model.max_position_embeddings:
+        errors.append(
+            f"{var('serving.max_model_len')} ({serving.max_model_len}) exceeds the model's "
+            f"max_position_embeddings ({model.max_position_embeddings}); vLLM refuses it unless "
+            f"VLLM_ALLOW_LONG_MAX_MODEL_LEN=1 is set: lower it to <= {model.max_position_embeddings}"
+        )
+    return errors
+
+
+def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: Plan) -> None:
+    total_bytes = (gpu.total_mib - gpu.reserved_mib) * MIB
+    budget = total_bytes * serving.utilization
+    weights = model.weights_bytes / (serving.tp * serving.pp)
+    activation = activation_peak_bytes(model, serving)
+    non_torch = non_torch_gib(serving) * GIB
+    kv_bytes = budget - weights - activation - non_torch
+    per_token = kv_bytes_per_token_per_gpu(model, serving)
+    blocks = max(0, int(kv_bytes // (serving.block_size * per_token)))
+
+    result.budget_gib_per_gpu = budget / GIB
+    result.weights_gib_per_gpu = weights / GIB
+    result.activation_peak_gib = activation / GIB
+    result.non_torch_gib = non_torch / GIB
+    result.kv_cache_gib_per_gpu = kv_bytes / GIB
+    result.kv_bytes_per_token_per_gpu = per_token
+    result.max_num_batched_tokens = serving.max_num_batched_tokens
+    result.gpu_blocks = blocks
+    result.kv_tokens = blocks * serving.block_size
+    result.max_concurrency = result.kv_tokens / serving.max_model_len
+
+    util_name = var("serving.gpu_memory_utilization")
+    len_name = var("serving.max_model_len")
+    if weights >= budget:
+        result.errors.append(
+            f"weights of {var('model')} need {weights / GIB:.2f} GiB per GPU but {util_name} x "
+            f"{var('gpu.memory_total_mib')} leaves {budget / GIB:.2f} GiB: raise "
+            f"{var('serving.tensor_parallel_size')}, use a quantized model or bigger GPUs"
+        )
+    elif result.kv_tokens < serving.max_model_len:
+        result.errors.append(
+            f"KV cache holds {result.kv_tokens} tokens per GPU ({kv_bytes / GIB:.2f} GiB) but {len_name} is "
+            f"{serving.max_model_len}: vLLM refuses to start; lower {len_name}, raise {util_name} or tp"
+        )
+
+    if serving.utilization >= UTILIZATION_WARN_AT:
+        result.warnings.append(
+            f"{util_name} is {serving.utilization:.2f} (>= {UTILIZATION_WARN_AT}): CUDA-graph capture "
+            "and the CUDA context live outside this budget and OOM at start or first request; use 0.90-0.92"
+        )
+    if result.kv_tokens >= serving.max_model_len and result.max_concurrency < serving.max_num_seqs:
+        result.warnings.append(
+            f"{var('serving.max_num_seqs')} is {serving.max_num_seqs} but the KV cache holds only "
+            f"{result.max_concurrency:.2f} sequences of {len_name} {serving.max_model_len} "
+            f"(max concurrency {result.max_concurrency:.2f}x): long requests will queue or be preempted"
+        )
+    margin = kv_bytes - serving.max_model_len * per_token
+    if result.kv_tokens >= serving.max_model_len and margin < KV_MARGIN_WARN_GIB * GIB:
+        result.warnings.append(
+            f"KV cache margin beyond one {len_name} sequence is {margin / GIB:.2f} GiB "
+            f"(< {KV_MARGIN_WARN_GIB:.0f} GiB): a small change in activation or driver memory stops vLLM"
+        )
+
+
+def plan(model: dict, gpu: dict, serving: dict) -> dict:
+    """Plan vLLM 0.7.3 memory per GPU. Never raises on bad input: problems come back in ``errors``."""
+    result = Plan()
+    for label, value, name in (
+        ("model", model, var("model")),
+        ("gpu", gpu, var("gpu.name")),
+        ("serving", serving, "serving profile"),
+    ):
+        if not isinstance(value, dict):
+            result.errors.append(f"{name}: the {label} facts must be a mapping, got {type(value).__name__}")
+    if result.errors:
+        return asdict(result)
+    model_facts = _model_facts(model, result.errors)
+    gpu_facts = _gpu_facts(gpu, result.errors)
+    serving_facts = _serving_facts(serving, model_facts, result.errors)
+    if model_facts and gpu_facts and serving_facts:
+        result.errors.extend(_topology_errors(model_facts, gpu_facts, serving_facts))
+        _capacity(model_facts, gpu_facts, serving_facts, result)
+    result.fits = not result.errors
+    return asdict(result)

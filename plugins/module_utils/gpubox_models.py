@@ -1,0 +1,179 @@
+"""Model catalog for the capacity planner: config.json facts known before a model is downloaded.
+
+Keys are ModelScope ids (what ``gpubox_model_id`` holds). Every entry carries the fields the planner
+reads (see gpubox_capacity.plan) plus ``source``. After download, ``config_mismatches`` compares an
+entry with the real config.json so a wrong catalog line cannot go unnoticed. Stdlib only.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+# Fields that must agree between a catalog entry and the downloaded config.json.
+CONFIG_FIELDS = (
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "hidden_size",
+    "intermediate_size",
+    "vocab_size",
+    "max_position_embeddings",
+    "torch_dtype",
+)
+
+_QWEN25_NOTE = (
+    "layers/heads/kv heads/hidden/head_dim/max pos/weights: /work/shared/docs/facts.md model table; "
+    "intermediate_size, vocab_size, torch_dtype: the model's published config.json"
+)
+
+CATALOG: dict[str, dict[str, Any]] = {
+    "Qwen/Qwen2.5-7B-Instruct": {
+        "num_hidden_layers": 28,
+        "num_attention_heads": 28,
+        "num_key_value_heads": 4,
+        "hidden_size": 3584,
+        "intermediate_size": 18944,
+        "vocab_size": 152064,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 32768,
+        "weights_bytes": 15_231_233_024,
+        "quantization": None,
+        "source": _QWEN25_NOTE,
+    },
+    "Qwen/Qwen2.5-14B-Instruct": {
+        "num_hidden_layers": 48,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "hidden_size": 5120,
+        "intermediate_size": 13824,
+        "vocab_size": 152064,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 32768,
+        "weights_bytes": 29_540_067_328,
+        "quantization": None,
+        "source": _QWEN25_NOTE,
+    },
+    "Qwen/Qwen2.5-32B-Instruct": {
+        "num_hidden_layers": 64,
+        "num_attention_heads": 40,
+        "num_key_value_heads": 8,
+        "hidden_size": 5120,
+        "intermediate_size": 27648,
+        "vocab_size": 152064,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 32768,
+        "weights_bytes": 65_527_752_704,
+        "quantization": None,
+        "source": _QWEN25_NOTE,
+    },
+    "Qwen/Qwen2.5-72B-Instruct-AWQ": {
+        "num_hidden_layers": 80,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "hidden_size": 8192,
+        # The AWQ checkpoint pads the MLP from 29568 (bf16 model) to 29696 so it splits into 128-groups.
+        "intermediate_size": 29696,
+        "vocab_size": 152064,
+        "head_dim": 128,
+        "torch_dtype": "float16",
+        "max_position_embeddings": 32768,
+        # facts.md gives "≈ 41.6 GB" for the 4-bit checkpoint; the exact byte count is checked after download.
+        "weights_bytes": 41_600_000_000,
+        "quantization": "awq_marlin",
+        "source": _QWEN25_NOTE + "; weights_bytes approximate (facts.md: about 41.6 GB)",
+    },
+    "LLM-Research/Meta-Llama-3.1-8B-Instruct": {
+        "num_hidden_layers": 32,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "intermediate_size": 14336,
+        "vocab_size": 128256,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 131072,
+        "weights_bytes": 16_060_522_496,
+        "quantization": None,
+        "source": (
+            "meta-llama/Llama-3.1-8B-Instruct config.json (mirrored on ModelScope as LLM-Research/...); "
+            "weights_bytes: total_size of model.safetensors.index.json (8.03e9 bf16 parameters)"
+        ),
+    },
+}
+
+
+class UnknownModelError(KeyError):
+    """Raised for a gpubox_model_id that the catalog does not know."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; keep it readable.
+        return str(self.args[0])
+
+
+def catalog_model(model_id: str) -> dict[str, Any]:
+    """The catalog entry for a ModelScope id (a copy); UnknownModelError names gpubox_model_id."""
+    if model_id not in CATALOG:
+        known = ", ".join(sorted(CATALOG))
+        raise UnknownModelError(
+            f"gpubox_model_id {model_id!r} is not in the capacity catalog (plugins/module_utils/"
+            f"gpubox_models.py); use one of: {known}, or add an entry with its config.json facts"
+        )
+    return dict(CATALOG[model_id])
+
+
+def _quantization(config: dict[str, Any]) -> str | None:
+    qcfg = config.get("quantization_config")
+    if not isinstance(qcfg, dict):
+        return None
+    method = qcfg.get("quant_method")
+    return str(method) if method else None
+
+
+def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[str, Any]:
+    """Planner facts from a downloaded config.json plus the total size of the weight files."""
+    if not isinstance(config, dict):
+        raise TypeError(f"config.json must be a mapping, got {type(config).__name__}")
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    missing = [k for k in CONFIG_FIELDS if k not in text and k != "torch_dtype"]
+    if missing:
+        raise ValueError(f"config.json lacks {', '.join(missing)}: not a decoder model the planner knows")
+    heads = text["num_attention_heads"]
+    return {
+        "num_hidden_layers": text["num_hidden_layers"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": text.get("num_key_value_heads", heads),
+        "hidden_size": text["hidden_size"],
+        "intermediate_size": text["intermediate_size"],
+        "vocab_size": text["vocab_size"],
+        "head_dim": text.get("head_dim") or text["hidden_size"] // heads,
+        "torch_dtype": text.get("torch_dtype") or config.get("torch_dtype"),
+        "max_position_embeddings": text["max_position_embeddings"],
+        "weights_bytes": int(weights_bytes),
+        "quantization": _quantization(config),
+        "source": "downloaded config.json",
+    }
+
+
+def config_mismatches(catalog_entry: dict[str, Any], config_json: dict[str, Any]) -> list[str]:
+    """One line per planner fact where the downloaded config.json disagrees with the catalog."""
+    text = config_json.get("text_config") if isinstance(config_json.get("text_config"), dict) else config_json
+    problems = []
+    for key in CONFIG_FIELDS:
+        expected = catalog_entry.get(key)
+        actual = text.get(key, config_json.get(key))
+        if key == "num_key_value_heads" and actual is None:
+            actual = text.get("num_attention_heads")
+        if actual != expected:
+            problems.append(
+                f"{key}: catalog has {expected!r}, config.json has {actual!r}; fix the catalog entry "
+                "in plugins/module_utils/gpubox_models.py or check gpubox_model_id/gpubox_model_revision"
+            )
+    head_dim = catalog_entry.get("head_dim")
+    real_head_dim = text.get("head_dim") or text.get("hidden_size", 0) // max(
+        1, text.get("num_attention_heads", 1)
+    )
+    if head_dim is not None and real_head_dim != head_dim:
+        problems.append(f"head_dim: catalog has {head_dim!r}, config.json implies {real_head_dim!r}")
+    return problems
