@@ -1,0 +1,499 @@
+"""Preflight for a gpubox: refuse, before any change, what cannot work (pure Python, stdlib only).
+
+``preflight(host, config)`` compares what a box IS (``host``: facts gathered read-only) with what its
+inventory SAYS (``config``: the ``gpubox_*`` topology variables plus the preflight settings) and plans
+the GPU memory with :func:`gpubox_capacity.plan` from the same variables the roles deploy. It never
+raises on bad input: every problem comes back as one line in ``errors`` (the box cannot work) or
+``warnings`` (it works, worse), and every line names the variable to change and how.
+
+host keys (all optional; a missing one is reported, not raised):
+  distribution, distribution_version   Ansible's facts ("Ubuntu", "22.04")
+  memtotal_mb                          Ansible's ansible_memtotal_mb (MiB)
+  gpu                                  the ``gpubox_gpu`` fact (plugins/module_utils/gpubox_gpu.py)
+  disk_free_bytes, disk_mount          free bytes of the filesystem holding model_store_root, its mount
+  model_bytes_present                  bytes already in the model's directory there (0 when absent)
+  secure_boot                          bool, what nvidia_driver's validate.yml recorded
+
+config keys: the gpubox_* inventory variables (INVENTORY_NAMES in gpubox_capacity plus gpubox_port,
+gpubox_served_model_name), model_store_root, api_key_set (bool), preflight_ram_factor,
+preflight_disk_headroom_bytes, preflight_supported_os (["Ubuntu 22.04", "Debian 12"]),
+secure_boot_warning (the distro's note when Secure Boot needs action, or empty).
+
+Imported by path (the filter plugin puts this directory on sys.path), like gpubox_capacity.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+import gpubox_capacity
+import gpubox_models
+
+GIB = 1024**3
+MIB = 1024**2
+
+# nvidia-smi totals vary by a few MiB between boards and VBIOS versions of one model.
+GPU_MEMORY_TOLERANCE_MIB = 8
+# Resizable BAR off leaves BAR1 at 256 MiB (facts.md, "Peer-to-peer on consumer GPUs").
+BAR1_SMALL_MIB = 256
+DEFAULT_RAM_FACTOR = 2.0
+DEFAULT_DISK_HEADROOM_BYTES = 10 * GIB
+DEFAULT_SUPPORTED_OS = ("Ubuntu 22.04", "Debian 12")
+PRIVILEGED_PORTS_BELOW = 1024
+
+# PCI device ids by nvidia-smi product name, so that a box without a working driver (GPU facts from
+# sysfs, where only the PCI id is known) can still be checked for the right model. Ids as in the
+# fixtures' sysfs.json / q.xml pci_device_id (tests/fixtures/nvidia-smi/) and the PCI ID database.
+PCI_DEVICE_IDS = {
+    "NVIDIA GeForce RTX 3090": "0x2204",
+    "NVIDIA GeForce RTX 4090": "0x2684",
+    "NVIDIA H200": "0x2335",
+}
+
+# Inventory variables read as integers/floats; strings such as "2" (from -e key=value) are accepted.
+_INT_VARS = (
+    "gpubox_gpu_count",
+    "gpubox_gpu_memory_mib",
+    "gpubox_tensor_parallel_size",
+    "gpubox_pipeline_parallel_size",
+    "gpubox_max_model_len",
+    "gpubox_max_num_seqs",
+    "gpubox_max_num_batched_tokens",
+    "gpubox_block_size",
+    "gpubox_port",
+)
+_FLOAT_VARS = ("gpubox_gpu_memory_utilization",)
+_REQUIRED_VARS = (
+    "gpubox_gpu_name",
+    "gpubox_gpu_count",
+    "gpubox_gpu_memory_mib",
+    "gpubox_model_id",
+    "gpubox_tensor_parallel_size",
+    "gpubox_gpu_memory_utilization",
+    "gpubox_max_model_len",
+)
+_TOPOLOGY_HINT = "put the host in one topology group (gpu_2x3090, gpu_4x4090) whose group_vars set it"
+
+
+@dataclass
+class _Report:
+    errors: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+    rows: list[tuple[str, str, str]] = field(default_factory=list)
+
+    def row(self, check: str, found: str, ok: bool | None) -> None:
+        self.rows.append((check, found, "ok" if ok else ("FAIL" if ok is False else "-")))
+
+
+# --------------------------------------------------------------------------- small helpers
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _coerce(value: Any, kind: type) -> Any:
+    """ "2" -> 2 and "0.9" -> 0.9 (extra vars arrive as strings); anything else is returned unchanged."""
+    if isinstance(value, str):
+        text = value.strip()
+        if kind is int and re.fullmatch(r"[+-]?\d+", text):
+            return int(text)
+        if kind is float and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)", text):
+            return float(text)
+    return value
+
+
+def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
+    """A copy of ``config`` with numeric strings of the numeric inventory variables made numbers."""
+    out = dict(config)
+    for name in _INT_VARS:
+        if name in out:
+            out[name] = _coerce(out[name], int)
+    for name in _FLOAT_VARS:
+        if name in out:
+            out[name] = _coerce(out[name], float)
+    return out
+
+
+def _gib(value: float) -> str:
+    return f"{value / GIB:.1f} GiB"
+
+
+def _gpu_label(gpu: dict[str, Any]) -> str:
+    return f"GPU {gpu.get('index', '?')} ({gpu.get('name') or 'unnamed'}, slot {gpu.get('pci_bus_id', '?')})"
+
+
+def _os_matches(entry: str, distribution: str, version: str) -> bool:
+    """ "Debian 12" matches Debian 12 and 12.8; "Ubuntu 22.04" matches 22.04 only (not 22.10 or 20.04)."""
+    name, _, want = entry.strip().rpartition(" ")
+    if not name or name.lower() != distribution.lower():
+        return False
+    want_parts, have_parts = want.split("."), version.split(".")
+    return have_parts[: len(want_parts)] == want_parts
+
+
+# --------------------------------------------------------------------------- checks
+
+
+def _check_settings(config: dict[str, Any], report: _Report) -> tuple[float, int, list[str]]:
+    factor = config.get("preflight_ram_factor", DEFAULT_RAM_FACTOR)
+    factor = _coerce(factor, float)
+    if not _is_number(factor) or factor <= 0:
+        report.errors.append(
+            f"preflight_ram_factor must be a number > 0, got {factor!r}: use 2.0 (RAM >= 2 x the weights)"
+        )
+        factor = DEFAULT_RAM_FACTOR
+    headroom = _coerce(config.get("preflight_disk_headroom_bytes", DEFAULT_DISK_HEADROOM_BYTES), int)
+    if not _is_int(headroom) or headroom < 0:
+        report.errors.append(
+            f"preflight_disk_headroom_bytes must be an integer >= 0, got {headroom!r}: "
+            f"use e.g. {DEFAULT_DISK_HEADROOM_BYTES} (10 GiB)"
+        )
+        headroom = DEFAULT_DISK_HEADROOM_BYTES
+    supported = config.get("preflight_supported_os", list(DEFAULT_SUPPORTED_OS))
+    if not isinstance(supported, (list, tuple)) or not all(isinstance(s, str) for s in supported):
+        report.errors.append(
+            f"preflight_supported_os must be a list of 'Distribution version' strings, got {supported!r}: "
+            "use ['Ubuntu 22.04', 'Debian 12']"
+        )
+        supported = list(DEFAULT_SUPPORTED_OS)
+    return float(factor), headroom, list(supported)
+
+
+def _check_required(config: dict[str, Any], report: _Report) -> None:
+    for name in _REQUIRED_VARS:
+        if config.get(name) is None:
+            report.errors.append(f"{name} is not set: {_TOPOLOGY_HINT}")
+
+
+def _check_os(host: dict[str, Any], supported: list[str], report: _Report) -> None:
+    distribution = str(host.get("distribution") or "")
+    version = str(host.get("distribution_version") or "")
+    found = f"{distribution or '?'} {version or '?'}"
+    ok = bool(distribution and version) and any(_os_matches(s, distribution, version) for s in supported)
+    report.row("OS", found, ok)
+    if not ok:
+        report.errors.append(
+            f"the box runs {found}, which preflight_supported_os ({', '.join(supported)}) does not list: "
+            "install Ubuntu 22.04 (the target) or Debian 12"
+        )
+
+
+def _check_port_and_name(config: dict[str, Any], report: _Report) -> None:
+    port = config.get("gpubox_port")
+    if port is not None:
+        if not _is_int(port) or not 1 <= port <= 65535:
+            report.errors.append(
+                f"gpubox_port must be an integer in 1-65535, got {port!r}: vLLM's default is 8000"
+            )
+        elif port < PRIVILEGED_PORTS_BELOW:
+            report.warnings.append(
+                f"gpubox_port is {port} (< {PRIVILEGED_PORTS_BELOW}): vLLM runs as an unprivileged system "
+                "user and cannot bind it without CAP_NET_BIND_SERVICE; use 8000 behind a proxy"
+            )
+    name = config.get("gpubox_served_model_name")
+    if name is not None and (not isinstance(name, str) or not name.strip() or re.search(r"\s", name)):
+        report.errors.append(
+            f"gpubox_served_model_name must be a non-empty name without spaces, got {name!r}: e.g. qwen14b"
+        )
+
+
+def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -> int | None:
+    """Compare the GPU facts with gpubox_gpu_name/count/memory_mib. Returns the GPUs present."""
+    fact = host.get("gpu")
+    want_name = config.get("gpubox_gpu_name")
+    want_count = config.get("gpubox_gpu_count")
+    want_mib = config.get("gpubox_gpu_memory_mib")
+    # Values of the wrong type are reported by the planner (_check_plan); here they are not compared.
+    if not _is_int(want_count) or want_count < 1:
+        want_count = None
+    if not _is_number(want_mib) or want_mib <= 0:
+        want_mib = None
+    if not isinstance(fact, dict) or not isinstance(fact.get("gpus"), list):
+        report.row("GPUs", "no GPU facts", False)
+        report.errors.append(
+            "no GPU facts (gpubox_gpu) were gathered: run the gpubox_gpu_facts module before preflight"
+        )
+        return None
+    gpus = [g for g in fact["gpus"] if isinstance(g, dict)]
+    source = str(fact.get("source") or "?")
+    names = sorted({str(g.get("name")) for g in gpus if g.get("name")})
+    errors_before = len(report.errors)
+
+    if want_count is not None and len(gpus) != want_count:
+        report.errors.append(
+            f"gpubox_gpu_count is {want_count} but {len(gpus)} NVIDIA GPU(s) are present (from {source}): "
+            "reseat or power the missing card (check `lspci -d 10de:` and the BIOS), or put the host in "
+            "the topology group that matches its GPUs"
+        )
+    if fact.get("nvidia_smi_error"):
+        report.warnings.append(
+            f"nvidia-smi failed ({fact['nvidia_smi_error']}); GPUs were read from sysfs. A driver/library "
+            "mismatch is fixed by the reboot gate after nvidia_driver"
+        )
+
+    if isinstance(want_name, str) and want_name:
+        if source == "nvidia-smi":
+            wrong = [g for g in gpus if g.get("name") != want_name]
+            for gpu in wrong:
+                report.errors.append(
+                    f"gpubox_gpu_name is {want_name!r} but {_gpu_label(gpu)} is a different model: fix the "
+                    "host's topology group (gpu_2x3090, gpu_4x4090) or the card"
+                )
+        else:
+            want_id = PCI_DEVICE_IDS.get(want_name)
+            if want_id is None:
+                report.warnings.append(
+                    f"gpubox_gpu_name {want_name!r} has no PCI device id in preflight's table "
+                    "(plugins/module_utils/gpubox_preflight.py PCI_DEVICE_IDS): the GPU model is not checked "
+                    "until nvidia-smi works"
+                )
+            else:
+                for gpu in gpus:
+                    got = str(gpu.get("pci_device_id") or "").lower()
+                    if got != want_id:
+                        report.errors.append(
+                            f"gpubox_gpu_name is {want_name!r} (PCI device {want_id}) but GPU "
+                            f"{gpu.get('index', '?')} in slot {gpu.get('pci_bus_id', '?')} is PCI device "
+                            f"{got or 'unknown'}: fix the host's topology group or the card"
+                        )
+
+    if want_mib is not None:
+        for gpu in gpus:
+            have = gpu.get("memory_total_mib")
+            if _is_number(have) and abs(have - want_mib) > GPU_MEMORY_TOLERANCE_MIB:
+                report.errors.append(
+                    f"gpubox_gpu_memory_mib is {want_mib} but {_gpu_label(gpu)} has {have} MiB: set it to "
+                    "nvidia-smi's memory.total for this model, or fix the topology group"
+                )
+
+    report.row(
+        "GPUs",
+        f"{len(gpus)} x {', '.join(names) or 'unknown'} (from {source})",
+        len(report.errors) == errors_before,
+    )
+    for gpu in gpus:
+        cur, top = gpu.get("pcie_link_width_current"), gpu.get("pcie_link_width_max")
+        if _is_int(cur) and _is_int(top) and cur < top:
+            report.warnings.append(
+                f"{_gpu_label(gpu)} runs at PCIe x{cur} of x{top}: move it to a x{top}-wired slot or check "
+                "the riser (weight loading and tensor-parallel all-reduce slow down)"
+            )
+        bar1 = gpu.get("bar1_total_mib")
+        if _is_int(bar1) and 0 < bar1 <= BAR1_SMALL_MIB:
+            report.warnings.append(
+                f"{_gpu_label(gpu)} has a BAR1 of {bar1} MiB: Resizable BAR is off; turn on Above 4G "
+                "Decoding and Resizable BAR in the BIOS"
+            )
+    return len(gpus)
+
+
+def _check_parallel_vs_present(config: dict[str, Any], present: int | None, report: _Report) -> None:
+    """tp x pp against the GPUs present (the plan checks it against gpubox_gpu_count)."""
+    tp, pp = config.get("gpubox_tensor_parallel_size"), config.get("gpubox_pipeline_parallel_size", 1)
+    pp = 1 if pp is None else pp
+    count = config.get("gpubox_gpu_count")
+    # With no GPU at all the count error says everything; tp x pp is compared when some GPUs are there.
+    if not present or not (_is_int(tp) and _is_int(pp) and tp > 0 and pp > 0):
+        return
+    needed = tp * pp
+    if needed > present and not (_is_int(count) and needed > count):
+        report.errors.append(
+            f"gpubox_tensor_parallel_size x gpubox_pipeline_parallel_size = {needed} GPUs but only "
+            f"{present} are present: lower gpubox_tensor_parallel_size or bring the missing GPUs back"
+        )
+
+
+def _model_facts(config: dict[str, Any], report: _Report) -> dict[str, Any] | None:
+    model_id = config.get("gpubox_model_id")
+    if model_id is None:
+        return None  # reported by _check_required
+    if not isinstance(model_id, str):
+        report.errors.append(f"gpubox_model_id must be a ModelScope id string, got {model_id!r}")
+        return None
+    try:
+        model = gpubox_models.catalog_model(model_id)
+    except gpubox_models.UnknownModelError as exc:
+        report.errors.append(str(exc))
+        return None
+    if config.get("gpubox_model_dtype"):
+        model["torch_dtype"] = config["gpubox_model_dtype"]
+    if "gpubox_model_quantization" in config:
+        model["quantization"] = config["gpubox_model_quantization"]
+    return model
+
+
+def _planner_inputs(config: dict[str, Any]) -> tuple[dict, dict]:
+    gpu = {
+        "name": config.get("gpubox_gpu_name"),
+        "memory_total_mib": config.get("gpubox_gpu_memory_mib"),
+        "count": config.get("gpubox_gpu_count"),
+    }
+    serving = {
+        key.split(".", 1)[1]: config.get(name)
+        for key, name in gpubox_capacity.INVENTORY_NAMES.items()
+        if key.startswith("serving.")
+    }
+    if serving.get("pipeline_parallel_size") is None:
+        serving["pipeline_parallel_size"] = 1
+    if serving.get("kv_cache_dtype") is None:
+        serving["kv_cache_dtype"] = "auto"
+    if serving.get("enforce_eager") is None:
+        serving["enforce_eager"] = False
+    return gpu, serving
+
+
+def _check_plan(config: dict[str, Any], model: dict[str, Any] | None, report: _Report) -> dict | None:
+    gpu, serving = _planner_inputs(config)
+    if model is not None:
+        result = gpubox_capacity.plan(model, gpu, serving)
+        report.errors.extend(result["errors"])
+        report.warnings.extend(result["warnings"])
+        return result
+    # Without model facts the serving profile and GPU variables are still validated (the planner's
+    # complaint about the missing model facts is left out: the unknown model is already reported).
+    result = gpubox_capacity.plan({}, gpu, serving)
+    model_prefix = f"{gpubox_capacity.var('model')}: model facts"
+    report.errors.extend(e for e in result["errors"] if not e.startswith(model_prefix))
+    return None
+
+
+def _check_ram(host: dict[str, Any], model: dict[str, Any] | None, factor: float, report: _Report) -> None:
+    memtotal = host.get("memtotal_mb")
+    if not _is_number(memtotal) or memtotal <= 0:
+        report.row("RAM", "unknown", False)
+        report.errors.append(
+            f"the box's RAM is unknown (memtotal_mb {memtotal!r}): gather the hardware facts "
+            "(gather_subset: hardware) before preflight"
+        )
+        return
+    have = memtotal * MIB
+    if model is None:
+        report.row("RAM", _gib(have), None)
+        return
+    need = factor * model["weights_bytes"]
+    ok = have >= need
+    report.row("RAM", f"{_gib(have)} (need {_gib(need)})", ok)
+    if not ok:
+        report.errors.append(
+            f"the box has {_gib(have)} of RAM but preflight_ram_factor ({factor:.1f}) x the model's weights "
+            f"({_gib(model['weights_bytes'])}, gpubox_model_id) needs {_gib(need)}: add RAM, choose a "
+            "smaller model, or lower preflight_ram_factor if you accept slow loading and swapping"
+        )
+
+
+def _check_disk(
+    host: dict[str, Any], config: dict[str, Any], model: dict[str, Any] | None, headroom: int, report: _Report
+) -> None:
+    root = config.get("model_store_root") or "?"
+    free = host.get("disk_free_bytes")
+    mount = host.get("disk_mount") or "?"
+    if not _is_int(free) or free < 0:
+        report.row(f"disk at {root}", "unknown", False)
+        report.errors.append(
+            f"free space at model_store_root ({root}) is unknown (disk_free_bytes {free!r}): make its parent "
+            "directory readable and `df` available"
+        )
+        return
+    if model is None:
+        report.row(f"disk at {root}", f"{_gib(free)} free on {mount}", None)
+        return
+    present = host.get("model_bytes_present") or 0
+    present = present if _is_int(present) and present > 0 else 0
+    need = max(0, model["weights_bytes"] - present) + headroom
+    ok = free >= need
+    report.row(f"disk at {root}", f"{_gib(free)} free on {mount} (need {_gib(need)})", ok)
+    if not ok:
+        report.errors.append(
+            f"model_store_root ({root}, filesystem {mount}) has {_gib(free)} free but the model needs "
+            f"{_gib(need)} (weights {_gib(model['weights_bytes'])} - {_gib(present)} already there + "
+            f"preflight_disk_headroom_bytes {_gib(headroom)}): free space, or point model_store_root at a "
+            "larger filesystem"
+        )
+
+
+def _check_api_key(config: dict[str, Any], report: _Report) -> None:
+    ok = config.get("api_key_set") is True
+    report.row("API key", "set" if ok else "missing", ok)
+    if not ok:
+        report.errors.append(
+            "vault_gpubox_api_key is not set: add it to the inventory with `ansible-vault encrypt_string "
+            "--name vault_gpubox_api_key` (vLLM must not serve without an API key)"
+        )
+
+
+def _check_secure_boot(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
+    secure_boot = host.get("secure_boot")
+    if secure_boot is None:
+        return
+    report.row("Secure Boot", "on" if secure_boot else "off", None)
+    note = config.get("secure_boot_warning")
+    if secure_boot is True and isinstance(note, str) and note.strip():
+        report.warnings.append(note.strip())
+
+
+# --------------------------------------------------------------------------- table and entry point
+
+_PLAN_ROWS = (
+    ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
+    ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
+    ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
+    ("non-torch", "non_torch_gib", "{:.2f} GiB"),
+    ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
+    ("KV tokens", "kv_tokens", "{:d}"),
+    ("max concurrency", "max_concurrency", "{:.2f}x"),
+)
+
+
+def _table(config: dict[str, Any], report: _Report, plan: dict | None) -> str:
+    title = (
+        f"gpubox preflight: {config.get('gpubox_model_id')} on {config.get('gpubox_gpu_count')} x "
+        f"{config.get('gpubox_gpu_name')}, tp {config.get('gpubox_tensor_parallel_size')}, "
+        f"max_model_len {config.get('gpubox_max_model_len')}, "
+        f"max_num_seqs {config.get('gpubox_max_num_seqs')}"
+    )
+    lines = [title]
+    lines.extend(f"{check:<24} {found:<58} {verdict}" for check, found, verdict in report.rows)
+    if plan is not None:
+        for label, key, fmt in _PLAN_ROWS:
+            lines.append(f"{'plan: ' + label:<24} {fmt.format(plan[key]):<58} -")
+        lines.append(
+            f"{'plan: fits':<24} {'yes' if plan['fits'] else 'no':<58} {'ok' if plan['fits'] else 'FAIL'}"
+        )
+    lines.append(f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)")
+    return "\n".join(lines)
+
+
+def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
+    """Check a box against its inventory. Returns {errors, warnings, plan, table}; never raises on input."""
+    report = _Report()
+    if not isinstance(host, dict) or not isinstance(config, dict):
+        report.errors.append(
+            f"preflight needs two mappings (host facts, inventory config), got {type(host).__name__} and "
+            f"{type(config).__name__}"
+        )
+        return {"errors": report.errors, "warnings": [], "plan": None, "table": ""}
+    config = normalize_config(config)
+    factor, headroom, supported = _check_settings(config, report)
+    _check_required(config, report)
+    _check_os(host, supported, report)
+    present = _check_gpus(host, config, report)
+    _check_parallel_vs_present(config, present, report)
+    _check_port_and_name(config, report)
+    model = _model_facts(config, report)
+    plan = _check_plan(config, model, report)
+    _check_ram(host, model, factor, report)
+    _check_disk(host, config, model, headroom, report)
+    _check_api_key(config, report)
+    _check_secure_boot(host, config, report)
+    # One line per problem: the same message from two checks is reported once.
+    errors = list(dict.fromkeys(report.errors))
+    warnings = list(dict.fromkeys(report.warnings))
+    report.errors, report.warnings = errors, warnings
+    return {"errors": errors, "warnings": warnings, "plan": plan, "table": _table(config, report, plan)}

@@ -1,0 +1,484 @@
+"""Preflight: every broken configuration or host state is refused with a message naming its variable.
+
+Healthy hosts are built from the nvidia-smi fixtures (tests/fixtures/nvidia-smi/<box>/), parsed with
+gpubox_gpu exactly as the gpubox_gpu_facts module does; the sysfs view is written to a temporary
+directory with molecule/shared/fakegpu/make_sysfs.py (the GPU edge is the only thing simulated).
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.util
+import json
+import sys
+from pathlib import Path
+from typing import Any, Callable
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
+
+import gpubox_gpu  # noqa: E402
+import gpubox_preflight  # noqa: E402
+
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"
+ROLE = ROOT / "roles" / "preflight"
+GIB = 1024**3
+BOX_OF_GROUP = {"gpu_2x3090": "rtx3090x2-nvlink", "gpu_4x4090": "rtx4090x4"}
+
+
+def _load_by_path(name: str, path: Path) -> Any:
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+make_sysfs = _load_by_path(
+    "make_sysfs_under_test", ROOT / "molecule" / "shared" / "fakegpu" / "make_sysfs.py"
+)
+
+
+@functools.cache
+def _smi_fact(box: str) -> str:
+    d = FIXTURES / box
+    fact = gpubox_gpu.gpu_facts(
+        query_xml=(d / "q.xml").read_text(),
+        topo_m=(d / "topo-m.txt").read_text(),
+        topo_p2p_r=(d / "topo-p2p-r.txt").read_text(),
+        query_csv=(d / "query-gpu.csv").read_text(),
+        sysfs_root="/nonexistent-gpubox-test-root",
+    )
+    return json.dumps(fact)
+
+
+def smi_fact(box: str) -> dict:
+    """The gpubox_gpu fact of a fixture box as nvidia-smi reports it (a fresh copy)."""
+    return json.loads(_smi_fact(box))
+
+
+def sysfs_fact(box: str, root: Path, drop: int = 0) -> dict:
+    """The gpubox_gpu fact as read from a fake sysfs tree of the box (no driver yet).
+
+    ``drop`` leaves out that many GPU functions (simulates cards the PCI bus no longer sees).
+    """
+    spec = json.loads((FIXTURES / box / "sysfs.json").read_text())
+    gpus = [bdf for bdf, attrs in spec["devices"].items() if attrs["class"].startswith("0x03")]
+    for bdf in gpus[len(gpus) - drop :]:
+        del spec["devices"][bdf]
+    make_sysfs.write_sysfs(spec, root, module=False)
+    return gpubox_gpu.gpu_facts(sysfs_root=root)
+
+
+def group_config(group: str) -> dict:
+    merged: dict = {}
+    for name in ("gpu_boxes", group):
+        merged.update(yaml.safe_load((GROUP_VARS / f"{name}.yml").read_text()) or {})
+    merged.update(
+        {
+            "model_store_root": "/data/models",
+            "api_key_set": True,
+            "preflight_ram_factor": 2.0,
+            "preflight_disk_headroom_bytes": 10 * GIB,
+            "preflight_supported_os": ["Ubuntu 22.04", "Debian 12"],
+        }
+    )
+    return merged
+
+
+def healthy_host(group: str, gpu: dict | None = None) -> dict:
+    return {
+        "distribution": "Ubuntu",
+        "distribution_version": "22.04",
+        "memtotal_mb": 128 * 1024,
+        "gpu": gpu if gpu is not None else smi_fact(BOX_OF_GROUP[group]),
+        "disk_free_bytes": 500 * GIB,
+        "disk_mount": "/data",
+        "model_bytes_present": 0,
+        "secure_boot": False,
+    }
+
+
+# --- healthy boxes ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("group", sorted(BOX_OF_GROUP), ids=sorted(BOX_OF_GROUP))
+def test_shipped_profiles_on_healthy_fixture_boxes_pass(group: str) -> None:
+    result = gpubox_preflight.preflight(healthy_host(group), group_config(group))
+    assert result["errors"] == []
+    assert result["warnings"] == []
+    assert result["plan"]["fits"] is True
+    assert "FAIL" not in result["table"]
+
+
+@pytest.mark.parametrize("group", sorted(BOX_OF_GROUP), ids=sorted(BOX_OF_GROUP))
+def test_shipped_profiles_pass_before_the_driver_exists(group: str, tmp_path: Path) -> None:
+    """From sysfs only the count and the PCI device id can be compared, and they match."""
+    host = healthy_host(group, gpu=sysfs_fact(BOX_OF_GROUP[group], tmp_path))
+    assert host["gpu"]["source"] == "sysfs"
+    result = gpubox_preflight.preflight(host, group_config(group))
+    assert result["errors"] == []
+    assert result["warnings"] == []
+
+
+def test_debian_12_point_release_is_supported() -> None:
+    host = healthy_host("gpu_2x3090") | {"distribution": "Debian", "distribution_version": "12.8"}
+    assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] == []
+
+
+def test_numeric_strings_from_extra_vars_are_accepted() -> None:
+    config = group_config("gpu_2x3090") | {
+        "gpubox_tensor_parallel_size": "2",
+        "gpubox_gpu_memory_utilization": "0.92",
+        "gpubox_port": "8000",
+    }
+    assert gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)["errors"] == []
+
+
+def test_model_already_on_disk_needs_only_the_headroom() -> None:
+    host = healthy_host("gpu_2x3090") | {"disk_free_bytes": 11 * GIB, "model_bytes_present": 29_540_067_328}
+    assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] == []
+    host["model_bytes_present"] = 0
+    assert any(
+        "model_store_root" in e
+        for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"]
+    )
+
+
+# --- the bad-inputs suite -----------------------------------------------------------------------
+
+Mutation = Callable[[dict, dict, Path], None]
+
+
+def _cfg(**values: Any) -> Mutation:
+    def apply(host: dict, config: dict, tmp: Path) -> None:
+        config.update(values)
+
+    return apply
+
+
+def _host(**values: Any) -> Mutation:
+    def apply(host: dict, config: dict, tmp: Path) -> None:
+        host.update(values)
+
+    return apply
+
+
+def _drop_config(name: str) -> Mutation:
+    def apply(host: dict, config: dict, tmp: Path) -> None:
+        del config[name]
+
+    return apply
+
+
+def _one_gpu_missing(host: dict, config: dict, tmp: Path) -> None:
+    # Simulated: the fact as nvidia-smi would give it with the last card gone from the bus.
+    host["gpu"]["gpus"].pop()
+    host["gpu"]["count"] = len(host["gpu"]["gpus"])
+
+
+def _sysfs_one_gpu_missing(host: dict, config: dict, tmp: Path) -> None:
+    host["gpu"] = sysfs_fact("rtx4090x4", tmp, drop=1)
+
+
+def _sysfs_wrong_model(host: dict, config: dict, tmp: Path) -> None:
+    host["gpu"] = sysfs_fact("rtx4090x4", tmp)  # 4 x 4090 in the PCI view of a box planned as 2 x 3090
+    config.update({"gpubox_gpu_count": 4, "gpubox_tensor_parallel_size": 2})
+
+
+def _no_gpus_at_all(host: dict, config: dict, tmp: Path) -> None:
+    host["gpu"] = gpubox_gpu.gpu_facts(sysfs_root=tmp)  # an empty tree: a box without NVIDIA GPUs
+
+
+def _wrong_gpu_model(host: dict, config: dict, tmp: Path) -> None:
+    host["gpu"] = smi_fact("rtx4090x4")
+    config.update({"gpubox_gpu_count": 4})
+
+
+# (id, group, mutation, variable that the error must name)
+BAD_CASES: list[tuple[str, str, Mutation, str]] = [
+    ("tp3-on-2-gpus", "gpu_2x3090", _cfg(gpubox_tensor_parallel_size=3), "gpubox_tensor_parallel_size"),
+    (
+        "tp-not-dividing-heads",
+        "gpu_4x4090",
+        _cfg(
+            gpubox_model_id="Qwen/Qwen2.5-14B-Instruct",
+            gpubox_model_dtype="bfloat16",
+            gpubox_model_quantization=None,
+            gpubox_tensor_parallel_size=3,
+        ),
+        "gpubox_tensor_parallel_size",
+    ),
+    ("tp-0", "gpu_2x3090", _cfg(gpubox_tensor_parallel_size=0), "gpubox_tensor_parallel_size"),
+    ("tp-negative", "gpu_2x3090", _cfg(gpubox_tensor_parallel_size=-2), "gpubox_tensor_parallel_size"),
+    ("tp-word", "gpu_2x3090", _cfg(gpubox_tensor_parallel_size="two"), "gpubox_tensor_parallel_size"),
+    (
+        "pp2-with-tp2-on-2-gpus",
+        "gpu_2x3090",
+        _cfg(gpubox_pipeline_parallel_size=2),
+        "gpubox_pipeline_parallel_size",
+    ),
+    (
+        "utilization-1.2",
+        "gpu_2x3090",
+        _cfg(gpubox_gpu_memory_utilization=1.2),
+        "gpubox_gpu_memory_utilization",
+    ),
+    (
+        "utilization-abc",
+        "gpu_2x3090",
+        _cfg(gpubox_gpu_memory_utilization="abc"),
+        "gpubox_gpu_memory_utilization",
+    ),
+    ("utilization-0", "gpu_2x3090", _cfg(gpubox_gpu_memory_utilization=0), "gpubox_gpu_memory_utilization"),
+    ("max-model-len-above-model", "gpu_2x3090", _cfg(gpubox_max_model_len=65536), "gpubox_max_model_len"),
+    (
+        "max-model-len-beyond-kv-budget",
+        "gpu_2x3090",
+        _cfg(gpubox_max_model_len=32768, gpubox_gpu_memory_utilization=0.75),
+        "gpubox_max_model_len",
+    ),
+    ("max-model-len-negative", "gpu_2x3090", _cfg(gpubox_max_model_len=-1), "gpubox_max_model_len"),
+    ("max-num-seqs-0", "gpu_2x3090", _cfg(gpubox_max_num_seqs=0), "gpubox_max_num_seqs"),
+    (
+        "batched-tokens-below-max-model-len",
+        "gpu_2x3090",
+        _cfg(gpubox_max_num_batched_tokens=4096),
+        "gpubox_max_num_batched_tokens",
+    ),
+    ("kv-cache-dtype-int4", "gpu_2x3090", _cfg(gpubox_kv_cache_dtype="int4"), "gpubox_kv_cache_dtype"),
+    ("block-size-64", "gpu_2x3090", _cfg(gpubox_block_size=64), "gpubox_block_size"),
+    ("enforce-eager-yes", "gpu_2x3090", _cfg(gpubox_enforce_eager="yes"), "gpubox_enforce_eager"),
+    ("model-dtype-int3", "gpu_2x3090", _cfg(gpubox_model_dtype="int3"), "gpubox_model_dtype"),
+    (
+        "qwen32b-bf16-on-2x3090",
+        "gpu_2x3090",
+        _cfg(gpubox_model_id="Qwen/Qwen2.5-32B-Instruct"),
+        "gpubox_model_id",
+    ),
+    ("unknown-model", "gpu_2x3090", _cfg(gpubox_model_id="Qwen/Qwen9-1T"), "gpubox_model_id"),
+    ("model-id-not-a-string", "gpu_2x3090", _cfg(gpubox_model_id=42), "gpubox_model_id"),
+    ("wrong-gpu-model", "gpu_2x3090", _wrong_gpu_model, "gpubox_gpu_name"),
+    ("one-gpu-missing", "gpu_4x4090", _one_gpu_missing, "gpubox_gpu_count"),
+    ("one-gpu-missing-tp-too-big", "gpu_4x4090", _one_gpu_missing, "gpubox_tensor_parallel_size"),
+    ("sysfs-count-mismatch", "gpu_4x4090", _sysfs_one_gpu_missing, "gpubox_gpu_count"),
+    ("sysfs-wrong-pci-device", "gpu_2x3090", _sysfs_wrong_model, "gpubox_gpu_name"),
+    ("no-nvidia-gpu", "gpu_2x3090", _no_gpus_at_all, "gpubox_gpu_count"),
+    ("no-gpu-facts", "gpu_2x3090", _host(gpu=None), "gpubox_gpu"),
+    ("gpu-memory-mismatch", "gpu_2x3090", _cfg(gpubox_gpu_memory_mib=49152), "gpubox_gpu_memory_mib"),
+    ("gpu-memory-abc", "gpu_2x3090", _cfg(gpubox_gpu_memory_mib="abc"), "gpubox_gpu_memory_mib"),
+    ("gpu-count-0", "gpu_2x3090", _cfg(gpubox_gpu_count=0), "gpubox_gpu_count"),
+    ("host-not-in-topology-group", "gpu_2x3090", _drop_config("gpubox_gpu_name"), "gpubox_gpu_name"),
+    ("ram-16gb", "gpu_2x3090", _host(memtotal_mb=16 * 1024), "preflight_ram_factor"),
+    ("ram-unknown", "gpu_2x3090", _host(memtotal_mb=None), "memtotal_mb"),
+    ("ram-factor-abc", "gpu_2x3090", _cfg(preflight_ram_factor="abc"), "preflight_ram_factor"),
+    ("disk-too-small", "gpu_2x3090", _host(disk_free_bytes=20 * GIB), "model_store_root"),
+    ("disk-unknown", "gpu_2x3090", _host(disk_free_bytes=None), "model_store_root"),
+    (
+        "disk-headroom-negative",
+        "gpu_2x3090",
+        _cfg(preflight_disk_headroom_bytes=-1),
+        "preflight_disk_headroom_bytes",
+    ),
+    ("missing-api-key", "gpu_2x3090", _cfg(api_key_set=False), "vault_gpubox_api_key"),
+    ("ubuntu-20.04", "gpu_2x3090", _host(distribution_version="20.04"), "preflight_supported_os"),
+    ("ubuntu-22.10", "gpu_2x3090", _host(distribution_version="22.10"), "preflight_supported_os"),
+    (
+        "debian-11",
+        "gpu_2x3090",
+        _host(distribution="Debian", distribution_version="11"),
+        "preflight_supported_os",
+    ),
+    (
+        "supported-os-not-a-list",
+        "gpu_2x3090",
+        _cfg(preflight_supported_os="Ubuntu"),
+        "preflight_supported_os",
+    ),
+    ("port-negative", "gpu_2x3090", _cfg(gpubox_port=-1), "gpubox_port"),
+    ("port-70000", "gpu_2x3090", _cfg(gpubox_port=70000), "gpubox_port"),
+    ("port-abc", "gpu_2x3090", _cfg(gpubox_port="abc"), "gpubox_port"),
+    (
+        "served-name-with-space",
+        "gpu_2x3090",
+        _cfg(gpubox_served_model_name="my model"),
+        "gpubox_served_model_name",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("group", "mutate", "variable"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES]
+)
+def test_bad_input_is_refused_naming_the_variable(
+    group: str, mutate: Mutation, variable: str, tmp_path: Path
+) -> None:
+    host, config = healthy_host(group), group_config(group)
+    mutate(host, config, tmp_path)
+    result = gpubox_preflight.preflight(host, config)
+    assert result["errors"], f"no error for {variable}; warnings: {result['warnings']}"
+    assert any(variable in error for error in result["errors"]), result["errors"]
+    assert "error(s)" in result["table"]
+
+
+def test_bad_suite_is_large_enough_and_ids_are_unique() -> None:
+    ids = [c[0] for c in BAD_CASES]
+    assert len(ids) >= 20
+    assert len(set(ids)) == len(ids)
+
+
+def test_all_errors_are_reported_at_once_not_only_the_first() -> None:
+    host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024, "distribution_version": "20.04"}
+    config = group_config("gpu_2x3090") | {"api_key_set": False, "gpubox_max_num_seqs": 0}
+    errors = gpubox_preflight.preflight(host, config)["errors"]
+    for variable in (
+        "preflight_ram_factor",
+        "preflight_supported_os",
+        "vault_gpubox_api_key",
+        "gpubox_max_num_seqs",
+    ):
+        assert any(variable in e for e in errors), (variable, errors)
+
+
+def test_ram_error_states_the_ram_found_and_needed() -> None:
+    host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024}
+    (error,) = [
+        e for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] if "RAM" in e
+    ]
+    assert "16.0 GiB" in error
+    assert "55.0 GiB" in error  # 2.0 x 29,540,067,328 B of Qwen2.5-14B weights
+
+
+def test_unknown_model_still_validates_the_serving_profile() -> None:
+    config = group_config("gpu_2x3090") | {"gpubox_model_id": "nope/nope", "gpubox_max_num_seqs": 0}
+    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    assert result["plan"] is None
+    assert any("gpubox_model_id" in e and "catalog" in e for e in result["errors"])
+    assert any("gpubox_max_num_seqs" in e for e in result["errors"])
+    assert not any("model facts" in e for e in result["errors"])
+
+
+@pytest.mark.parametrize(
+    ("host", "config"),
+    [(None, {}), ({}, None), ("host", []), ({}, {})],
+    ids=["host-none", "config-none", "wrong-types", "both-empty"],
+)
+def test_garbage_never_raises(host: Any, config: Any) -> None:
+    result = gpubox_preflight.preflight(host, config)
+    assert result["errors"]
+    assert set(result) == {"errors", "warnings", "plan", "table"}
+
+
+# --- warnings that must not stop a box ----------------------------------------------------------
+
+
+def _pcie_fixture(host: dict, config: dict, tmp: Path) -> None:
+    host["gpu"] = smi_fact("rtx3090x2-pcie")
+
+
+WARN_CASES: list[tuple[str, Mutation, list[str]]] = [
+    (
+        "utilization-0.97",
+        _cfg(gpubox_gpu_memory_utilization=0.97),
+        ["gpubox_gpu_memory_utilization", "CUDA-graph"],
+    ),
+    ("32k-context-x8-seqs", _cfg(gpubox_max_model_len=32768), ["gpubox_max_num_seqs", "concurrency 1.64x"]),
+    ("x4-slot", _pcie_fixture, ["GPU 1", "00000000:08:00.0", "PCIe x4 of x16"]),
+    ("bar1-256mib", _pcie_fixture, ["BAR1 of 256 MiB", "Resizable BAR"]),
+    ("port-80", _cfg(gpubox_port=80), ["gpubox_port"]),
+    (
+        "secure-boot-note",
+        lambda h, c, t: (h.update(secure_boot=True), c.update(secure_boot_warning="enroll the DKMS MOK")),
+        ["enroll the DKMS MOK"],
+    ),
+]
+
+
+@pytest.mark.parametrize(("mutate", "expected"), [c[1:] for c in WARN_CASES], ids=[c[0] for c in WARN_CASES])
+def test_thin_or_slow_setups_warn_without_error(
+    mutate: Mutation, expected: list[str], tmp_path: Path
+) -> None:
+    host, config = healthy_host("gpu_2x3090"), group_config("gpu_2x3090")
+    mutate(host, config, tmp_path)
+    result = gpubox_preflight.preflight(host, config)
+    assert result["errors"] == []
+    assert any(all(text in w for text in expected) for w in result["warnings"]), result["warnings"]
+
+
+def test_nvidia_smi_failure_is_a_warning_and_sysfs_still_checks(tmp_path: Path) -> None:
+    fact = sysfs_fact("rtx3090x2-nvlink", tmp_path)
+    fact["nvidia_smi_error"] = "Failed to initialize NVML: Driver/library version mismatch"
+    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090", gpu=fact), group_config("gpu_2x3090"))
+    assert result["errors"] == []
+    assert any("Driver/library version mismatch" in w for w in result["warnings"])
+
+
+def test_secure_boot_off_or_without_a_distro_note_is_silent() -> None:
+    host = healthy_host("gpu_2x3090") | {"secure_boot": True}
+    assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["warnings"] == []
+
+
+# --- the table, the filter plugin, the role's declared variables -------------------------------
+
+
+def test_table_shows_checks_and_plan() -> None:
+    host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024}
+    table = gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["table"]
+    assert "Qwen/Qwen2.5-14B-Instruct on 2 x NVIDIA GeForce RTX 3090" in table
+    assert "plan: KV tokens" in table
+    ram = next(line for line in table.splitlines() if line.startswith("RAM"))
+    assert ram.endswith("FAIL")
+
+
+def test_filter_plugin_exposes_gpubox_preflight() -> None:
+    module = _load_by_path(
+        "gpubox_preflight_filter_under_test", ROOT / "plugins" / "filter" / "gpubox_preflight.py"
+    )
+    filters = module.FilterModule().filters()
+    result = filters["gpubox_preflight"](healthy_host("gpu_2x3090"), group_config("gpu_2x3090"))
+    assert result["errors"] == []
+
+
+def test_role_defaults_and_argument_specs_declare_the_same_variables() -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    specs = yaml.safe_load((ROLE / "meta" / "argument_specs.yml").read_text())
+    assert set(defaults) == set(specs["argument_specs"]["main"]["options"])
+    assert all(name.startswith("preflight_") for name in defaults)
+
+
+def test_role_supported_os_default_matches_its_vars_files() -> None:
+    defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    vars_files = {p.stem for p in (ROLE / "vars").glob("*.yml")}
+    assert {
+        entry.replace(" ", "-").split(".")[0] for entry in defaults["preflight_supported_os"]
+    } == vars_files
+
+
+def test_every_role_task_is_tagged_always_and_changes_nothing() -> None:
+    def walk(tasks: list[dict]) -> list[dict]:
+        found = []
+        for task in tasks:
+            found.append(task)
+            for key in ("block", "rescue", "always"):
+                found.extend(walk(task.get(key, [])))
+        return found
+
+    tasks = walk(yaml.safe_load((ROLE / "tasks" / "main.yml").read_text()))
+    top_level = yaml.safe_load((ROLE / "tasks" / "main.yml").read_text())
+    assert all("always" in task.get("tags", []) for task in top_level), [t.get("name") for t in top_level]
+    for task in tasks:
+        for module in ("ansible.builtin.command", "ansible.builtin.shell"):
+            if module in task:
+                assert task.get("changed_when") is False and task.get("check_mode") is False, task["name"]
+        for writer in ("ansible.builtin.copy", "ansible.builtin.template", "ansible.builtin.file"):
+            assert writer not in task, task.get("name")
+
+
+def test_fixture_facts_are_fresh_copies() -> None:
+    """The cached fixture fact is handed out as a copy, so one case cannot leak into the next."""
+    first = smi_fact("rtx4090x4")
+    first["gpus"].pop()
+    assert len(smi_fact("rtx4090x4")["gpus"]) == 4
