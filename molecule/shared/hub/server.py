@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""A ModelScope-compatible test hub that serves one model directory over HTTP (stdlib only).
+
+    python3 server.py MODEL_DIR --model-id OWNER/NAME [--bind 127.0.0.1] [--port 0]
+                      [--port-file F] [--log F] [--faults-file F] [--revision master]
+                      [--tls-cert CERT.pem --tls-key KEY.pem]
+
+It answers the requests the real `modelscope` client makes (docs/facts.md, ModelScope):
+    GET  /api/v1/models/{owner}/{name}                        model info
+    GET  /api/v1/models/{owner}/{name}/revisions              branches and tags (legacy client)
+    GET  /api/v1/models/{owner}/{name}/repo/files?Revision=R  listing: Name Path Type Size Sha256 Revision
+    GET  /api/v1/models/{owner}/{name}/repo?Revision=R&FilePath=P   file bytes, Range -> 206 + Content-Range
+    HEAD (the same four)
+    GET  /api/v1/repos/internalAccelerationInfo               404: no intra-cloud acceleration here
+
+The model is served at one fixed revision: the branch name given by --revision and a commit id
+derived from the files' hashes (so it changes exactly when the content changes). Files are hashed
+once at start; do not change MODEL_DIR while the hub runs.
+
+Fault injection, for tests (simulated network and storage faults):
+    POST /_faults  {"drop_after_bytes": {"model.safetensors": 100000}}
+        the next GET of that file sends 100000 body bytes, then closes the connection;
+        {"model.safetensors": {"bytes": 100000, "times": 3}} does it for the next 3 GETs.
+    POST /_faults  {"corrupt": {"model.safetensors": true}}
+        serves that file with one byte flipped (at the middle of the file) until cleared, while the
+        listing keeps the true sha256.
+    POST /_faults  {}            clears every fault.      GET /_faults   shows the current ones.
+The same JSON may be written to the --faults-file; it is re-read whenever its mtime changes.
+
+Every request is appended to --log as one JSON object per line:
+    {"method", "path", "range", "status", "sent", "fault"}
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import re
+import ssl
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+BLOCK = 64 * 1024
+LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".onnx", ".msgpack", ".h5")
+
+
+@dataclass(frozen=True)
+class HubFile:
+    path: str  # posix, relative to the model directory
+    disk: Path
+    size: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class HubModel:
+    owner: str
+    name: str
+    branch: str
+    commit: str
+    files: dict[str, HubFile]
+
+    def knows_revision(self, revision: str | None) -> bool:
+        return revision in (None, "", self.branch, self.commit)
+
+
+def sha256_of(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as fh:
+        while block := fh.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def commit_id(files: dict[str, HubFile]) -> str:
+    """A 40-hex id derived from every path and hash, like a git commit id in length."""
+    digest = hashlib.sha1(usedforsecurity=False)
+    for path in sorted(files):
+        digest.update(f"{path}\0{files[path].sha256}\n".encode())
+    return digest.hexdigest()
+
+
+def load_model(model_dir: Path, model_id: str, branch: str) -> HubModel:
+    if not model_dir.is_dir():
+        raise SystemExit(f"MODEL_DIR {model_dir} is not a directory: pass a directory made by make_tiny_model.py")
+    owner, sep, name = model_id.partition("/")
+    if not sep or not owner or not name or "/" in name:
+        raise SystemExit(f"--model-id {model_id!r} must look like OWNER/NAME")
+    files: dict[str, HubFile] = {}
+    for disk in sorted(model_dir.rglob("*")):
+        rel = disk.relative_to(model_dir).as_posix()
+        if disk.is_file() and not any(part.startswith(".") for part in rel.split("/")):
+            files[rel] = HubFile(rel, disk, disk.stat().st_size, sha256_of(disk))
+    if not files:
+        raise SystemExit(f"MODEL_DIR {model_dir} holds no files to serve")
+    return HubModel(owner, name, branch, commit_id(files), files)
+
+
+def listing(model: HubModel) -> list[dict[str, Any]]:
+    entries: list[dict[str, Any]] = []
+    trees: set[str] = set()
+    for f in model.files.values():
+        parts = f.path.split("/")
+        trees.update("/".join(parts[:i]) for i in range(1, len(parts)))
+        entries.append(
+            {
+                "Name": parts[-1],
+                "Path": f.path,
+                "Type": "blob",
+                "Size": f.size,
+                "Sha256": f.sha256,
+                "Revision": model.commit,
+                "IsLFS": f.path.endswith(LFS_SUFFIXES),
+                "Mode": "100644",
+            }
+        )
+    for tree in sorted(trees):
+        entries.append(
+            {
+                "Name": tree.split("/")[-1],
+                "Path": tree,
+                "Type": "tree",
+                "Size": 0,
+                "Sha256": "",
+                "Revision": model.commit,
+            }
+        )
+    return entries
+
+
+def parse_range(header: str | None, size: int) -> tuple[int, int] | str | None:
+    """(start, end inclusive) for one satisfiable byte range; None: no/ignored range; "416": unsatisfiable."""
+    if not header:
+        return None
+    m = re.fullmatch(r"\s*bytes\s*=\s*(\d*)\s*-\s*(\d*)\s*", header)
+    if not m or (not m.group(1) and not m.group(2)):
+        return None  # multi-range or malformed: RFC 9110 lets a server ignore it and send 200
+    if not m.group(1):  # suffix range: the last N bytes
+        n = int(m.group(2))
+        if n == 0:
+            return "416"
+        return (max(0, size - n), size - 1)
+    start = int(m.group(1))
+    end = int(m.group(2)) if m.group(2) else size - 1
+    if start >= size or end < start:
+        return "416"
+    return (start, min(end, size - 1))
+
+
+@dataclass
+class Faults:
+    """Runtime fault switches; every access goes through the lock."""
+
+    drops: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> {"bytes", "times"}
+    corrupt: set[str] = field(default_factory=set)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def parse(spec: Any) -> tuple[dict[str, dict[str, int]], set[str]]:
+        if not isinstance(spec, dict):
+            raise ValueError("the fault spec must be a JSON object")
+        unknown = set(spec) - {"drop_after_bytes", "corrupt"}
+        if unknown:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt")
+        drops: dict[str, dict[str, int]] = {}
+        for path, value in (spec.get("drop_after_bytes") or {}).items():
+            rule = value if isinstance(value, dict) else {"bytes": value}
+            nbytes, times = rule.get("bytes"), rule.get("times", 1)
+            if not isinstance(nbytes, int) or nbytes < 0 or not isinstance(times, int) or times < 1:
+                raise ValueError(f"drop_after_bytes[{path!r}] needs bytes >= 0 and times >= 1, got {value!r}")
+            drops[path] = {"bytes": nbytes, "times": times}
+        corrupt = {path for path, on in (spec.get("corrupt") or {}).items() if on}
+        return drops, corrupt
+
+    def replace(self, spec: Any) -> None:
+        drops, corrupt = self.parse(spec)
+        with self.lock:
+            self.drops, self.corrupt = drops, corrupt
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return {
+                "drop_after_bytes": {p: dict(r) for p, r in self.drops.items()},
+                "corrupt": {p: True for p in sorted(self.corrupt)},
+            }
+
+    def take_drop(self, path: str) -> int | None:
+        """Byte count after which this response is cut, consuming one use of the rule."""
+        with self.lock:
+            rule = self.drops.get(path)
+            if rule is None:
+                return None
+            rule["times"] -= 1
+            if rule["times"] <= 0:
+                del self.drops[path]
+            return rule["bytes"]
+
+    def is_corrupt(self, path: str) -> bool:
+        with self.lock:
+            return path in self.corrupt
+
+
+class FaultsFile:
+    """Reloads Faults from a JSON file whenever its mtime changes."""
+
+    def __init__(self, path: Path | None, faults: Faults) -> None:
+        self.path, self.faults, self.mtime = path, faults, None
+        self.lock = threading.Lock()
+
+    def refresh(self) -> None:
+        if self.path is None:
+            return
+        with self.lock:
+            try:
+                mtime = self.path.stat().st_mtime_ns
+            except FileNotFoundError:
+                return
+            if mtime != self.mtime:
+                self.faults.replace(json.loads(self.path.read_text() or "{}"))
+                self.mtime = mtime
+
+
+class RequestLog:
+    def __init__(self, path: Path | None) -> None:
+        self.path = path
+        self.lock = threading.Lock()
+
+    def write(self, entry: dict[str, Any]) -> None:
+        line = json.dumps(entry, sort_keys=True)
+        with self.lock:
+            if self.path is None:
+                print(line, file=sys.stderr, flush=True)
+            else:
+                with self.path.open("a", encoding="utf-8") as fh:
+                    fh.write(line + "\n")
+
+
+def ok(data: Any) -> dict[str, Any]:
+    return {"Code": 200, "Success": True, "Message": "success", "RequestId": "gpubox-test-hub", "Data": data}
+
+
+def error(code: int, message: str) -> dict[str, Any]:
+    return {"Code": code, "Success": False, "Message": message, "RequestId": "gpubox-test-hub"}
+
+
+class HubHandler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server_version = "gpubox-test-hub/1"
+    # set on the class by make_server()
+    model: HubModel
+    faults: Faults
+    faults_file: FaultsFile
+    request_log: RequestLog
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # replaced by the JSON request log
+
+    # -- plumbing ---------------------------------------------------------------------------------
+    def _log(self, status: int, sent: int = 0, fault: str | None = None) -> None:
+        self.request_log.write(
+            {
+                "time": round(time.time(), 3),
+                "method": self.command,
+                "path": self.path,
+                "range": self.headers.get("Range"),
+                "status": status,
+                "sent": sent,
+                "fault": fault,
+            }
+        )
+
+    def _json(self, status: int, body: Any, head: bool = False) -> None:
+        raw = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(raw)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(raw)
+        self._log(status, 0 if head else len(raw))
+
+    def _read_body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    # -- verbs ------------------------------------------------------------------------------------
+    def do_HEAD(self) -> None:
+        self._dispatch(head=True)
+
+    def do_GET(self) -> None:
+        self._dispatch(head=False)
+
+    def do_POST(self) -> None:
+        body = self._read_body()
+        if urlsplit(self.path).path != "/_faults":
+            return self._json(404, error(404, f"no POST route for {self.path}"))
+        try:
+            self.faults.replace(json.loads(body or b"{}"))
+        except (ValueError, json.JSONDecodeError) as exc:
+            return self._json(400, error(400, str(exc)))
+        return self._json(200, self.faults.snapshot())
+
+    def _dispatch(self, head: bool) -> None:
+        self.faults_file.refresh()
+        url = urlsplit(self.path)
+        query = {k: v[0] for k, v in parse_qs(url.query).items()}
+        if url.path == "/_faults":
+            return self._json(200, self.faults.snapshot(), head)
+        if url.path == "/_health":
+            return self._json(200, ok({"commit": self.model.commit}), head)
+        if url.path == "/api/v1/repos/internalAccelerationInfo":
+            return self._json(404, error(404, "no acceleration in the test hub"), head)
+        m = re.fullmatch(r"/api/v1/models/([^/]+)/([^/]+)(/revisions|/repo/files|/repo)?", url.path)
+        if not m:
+            return self._json(404, error(404, f"unknown path {url.path}"), head)
+        model = self.model
+        if (m.group(1), m.group(2)) != (model.owner, model.name):
+            return self._json(404, error(10010205001, f"model {m.group(1)}/{m.group(2)} not found"), head)
+        revision = query.get("Revision")
+        if not model.knows_revision(revision):
+            return self._json(404, error(10010205001, f"revision {revision} not found"), head)
+        kind = m.group(3)
+        if kind is None:
+            info = {"Id": 1, "Path": model.owner, "Name": model.name, "Revision": model.branch}
+            return self._json(200, ok(info), head)
+        if kind == "/revisions":
+            branch = {"Revision": model.branch, "CommitId": model.commit, "CreatedAt": int(time.time())}
+            return self._json(200, ok({"RevisionMap": {"Branches": [branch], "Tags": []}}), head)
+        if kind == "/repo/files":
+            return self._json(200, ok({"Files": listing(model), "LatestCommitter": {}}), head)
+        return self._send_file(query.get("FilePath", ""), head)
+
+    def _send_file(self, file_path: str, head: bool) -> None:
+        f = self.model.files.get(file_path)
+        if f is None:
+            return self._json(404, error(10010205001, f"file {file_path!r} not found"), head)
+        rng = parse_range(self.headers.get("Range"), f.size)
+        if rng == "416":
+            self.send_response(416)
+            self.send_header("Content-Range", f"bytes */{f.size}")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return self._log(416)
+        start, end = rng if isinstance(rng, tuple) else (0, f.size - 1)
+        status = HTTPStatus.PARTIAL_CONTENT if isinstance(rng, tuple) else HTTPStatus.OK
+        length = end - start + 1
+        self.send_response(status)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(length))
+        self.send_header("Accept-Ranges", "bytes")
+        self.send_header("ETag", f'"{f.sha256}"')
+        if status == HTTPStatus.PARTIAL_CONTENT:
+            self.send_header("Content-Range", f"bytes {start}-{end}/{f.size}")
+        self.end_headers()
+        if head:
+            return self._log(status)
+        cut = self.faults.take_drop(file_path)
+        flip = f.size // 2 if self.faults.is_corrupt(file_path) else None
+        fault = f"drop_after_bytes={cut}" if cut is not None else None
+        if flip is not None:
+            fault = (fault + "," if fault else "") + f"corrupt@{flip}"
+        sent = 0
+        budget = length if cut is None else min(cut, length)
+        with f.disk.open("rb") as fh:
+            fh.seek(start)
+            while sent < budget:
+                block = bytearray(fh.read(min(BLOCK, budget - sent)))
+                if not block:
+                    break
+                pos = start + sent
+                if flip is not None and pos <= flip < pos + len(block):
+                    block[flip - pos] ^= 0xFF  # simulated corruption: the listing keeps the true hash
+                self.wfile.write(block)
+                sent += len(block)
+        self.wfile.flush()
+        if sent < length:
+            self.close_connection = True  # simulated interruption: fewer bytes than Content-Length
+        self._log(status, sent, fault)
+
+
+def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
+    model = load_model(args.model_dir, args.model_id, args.revision)
+    faults = Faults()
+    handler = type(
+        "BoundHubHandler",
+        (HubHandler,),
+        {
+            "model": model,
+            "faults": faults,
+            "faults_file": FaultsFile(args.faults_file, faults),
+            "request_log": RequestLog(args.log),
+        },
+    )
+    server = ThreadingHTTPServer((args.bind, args.port), handler)
+    server.daemon_threads = True
+    if args.tls_cert:
+        # The legacy modelscope client (<= 1.37) always speaks https; tests give it a throwaway cert.
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(args.tls_cert, args.tls_key)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+    return server
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description="ModelScope-compatible test hub (see the module docstring).")
+    parser.add_argument("model_dir", type=Path, help="directory whose files are served")
+    parser.add_argument("--model-id", required=True, help="OWNER/NAME the model is served as")
+    parser.add_argument("--revision", default="master", help="branch name the model is served at")
+    parser.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one")
+    parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")
+    parser.add_argument("--log", type=Path, help="request log (JSON lines); default: stderr")
+    parser.add_argument("--faults-file", type=Path, help="JSON fault spec, re-read when it changes")
+    parser.add_argument("--tls-cert", type=Path, help="serve https with this PEM certificate (chain)")
+    parser.add_argument("--tls-key", type=Path, help="private key for --tls-cert")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    server = make_server(args)
+    host, port = server.server_address[:2]
+    model = server.RequestHandlerClass.model  # type: ignore[attr-defined]
+    if args.port_file:
+        tmp = args.port_file.with_name(args.port_file.name + ".tmp")
+        tmp.write_text(f"{port}\n")
+        os.replace(tmp, args.port_file)
+    print(
+        f"serving {model.owner}/{model.name}@{model.branch} "
+        f"(commit {model.commit}, {len(model.files)} files) "
+        f"on {'https' if args.tls_cert else 'http'}://{host}:{port}",
+        flush=True,
+    )
+    try:
+        server.serve_forever()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,457 @@
+"""End-to-end tests of the verified model store, on loopback, with the real modelscope client.
+
+What is real: the modelscope CLI (installed from PyPI into a cached venv), HTTP, the files, the
+hashes, rename(2). What is simulated: the ModelScope hub (molecule/shared/hub/server.py serves a
+tiny generated model the way the real hub's API does) and, through its fault switches, a dropped
+connection and a corrupted object. The module's core function is called directly, not via Ansible.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import ansible.module_utils
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+HUB = ROOT / "molecule/shared/hub"
+CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache/gpubox"))
+
+# The client the store is tested with (see roles/model_store/README.md for why this one), plus what
+# make_tiny_model.py needs. The venv is created once and reused while this list is unchanged.
+CLIENT_PINS = ["modelscope==1.40.2", "modelscope-hub==0.5.1", "numpy==2.4.6", "tokenizers==0.23.3"]
+# The legacy generation, as python_env pinned it when this was written; it only speaks https.
+LEGACY_PINS = ["modelscope==1.23.0"]
+MODEL_ID = "Qwen/Tiny-Instruct"
+
+# The module imports its logic as ansible.module_utils.gpubox_modelstore (ansible.cfg: module_utils).
+if str(ROOT / "plugins/module_utils") not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(str(ROOT / "plugins/module_utils"))
+
+
+def load(path: Path, name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+store = load(ROOT / "plugins/modules/gpubox_model_store.py", "gpubox_model_store")
+lib = sys.modules["ansible.module_utils.gpubox_modelstore"]
+
+
+# --------------------------------------------------------------------------------------------------
+# Fixtures: cached client venvs, generated models, hub processes
+# --------------------------------------------------------------------------------------------------
+def cached_venv(name: str, pins: list[str]) -> Path:
+    """A venv under ~/.cache/gpubox holding exactly pins; rebuilt only when the pin list changes."""
+    venv = CACHE / name
+    stamp = venv / ".gpubox-pins"
+    wanted = "\n".join(pins) + "\n"
+    if stamp.is_file() and stamp.read_text() == wanted and (venv / "bin/python").exists():
+        return venv
+    shutil.rmtree(venv, ignore_errors=True)
+    started = time.monotonic()
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    pip = subprocess.run(
+        [str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", *pins],
+        capture_output=True,
+        text=True,
+    )
+    assert pip.returncode == 0, f"pip install {' '.join(pins)} failed:\n{pip.stdout}\n{pip.stderr}"
+    stamp.write_text(wanted)
+    print(f"\n[modelstore] installed {' '.join(pins)} in {time.monotonic() - started:.1f}s")
+    return venv
+
+
+@pytest.fixture(scope="session")
+def client_venv() -> Path:
+    return cached_venv("modelstore-venv", CLIENT_PINS)
+
+
+@pytest.fixture(scope="session")
+def models(client_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """Two versions of the tiny model: same tokenizer and config, different weights."""
+    out = tmp_path_factory.mktemp("models")
+    made = {}
+    for label, seed in (("a", 1), ("b", 2)):
+        subprocess.run(
+            [
+                str(client_venv / "bin/python"),
+                str(HUB / "make_tiny_model.py"),
+                str(out / label),
+                "--seed",
+                str(seed),
+            ],
+            check=True,
+            capture_output=True,
+        )
+        made[label] = out / label
+    return made
+
+
+@dataclass
+class Hub:
+    endpoint: str
+    log: Path
+    proc: subprocess.Popen
+    ca_bundle: str | None = None
+    marks: list[int] = field(default_factory=list)
+
+    def faults(self, spec: dict[str, Any]) -> None:
+        req = urllib.request.Request(f"{self.endpoint}/_faults", data=json.dumps(spec).encode(), method="POST")
+        with urllib.request.urlopen(req, timeout=10, context=self._ctx()) as resp:
+            assert resp.status == 200
+
+    def _ctx(self) -> Any:
+        import ssl
+
+        return ssl.create_default_context(cafile=self.ca_bundle) if self.ca_bundle else None
+
+    def entries(self) -> list[dict[str, Any]]:
+        if not self.log.exists():
+            return []
+        return [json.loads(line) for line in self.log.read_text().splitlines() if line.strip()]
+
+    def mark(self) -> int:
+        return len(self.entries())
+
+    def since(self, mark: int) -> list[dict[str, Any]]:
+        return self.entries()[mark:]
+
+    def file_gets(self, mark: int, name: str | None = None) -> list[dict[str, Any]]:
+        hits = [e for e in self.since(mark) if e["method"] == "GET" and "FilePath=" in e["path"]]
+        return [e for e in hits if name is None or e["path"].endswith("FilePath=" + name)]
+
+
+@pytest.fixture(scope="session")
+def start_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Hub]]:
+    hubs: list[Hub] = []
+
+    def start(model_dir: Path, tls: bool = False) -> Hub:
+        work = tmp_path_factory.mktemp("hub")
+        cmd = [sys.executable, str(HUB / "server.py"), str(model_dir), "--model-id", MODEL_ID]
+        cmd += ["--port", "0", "--port-file", str(work / "port"), "--log", str(work / "requests.jsonl")]
+        ca = None
+        if tls:
+            openssl = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=127.0.0.1"
+            files = ["-keyout", str(work / "key.pem"), "-out", str(work / "cert.pem")]
+            subprocess.run(
+                [*openssl.split(), "-addext", "subjectAltName=IP:127.0.0.1", *files],
+                check=True,
+                capture_output=True,
+            )
+            cmd += ["--tls-cert", str(work / "cert.pem"), "--tls-key", str(work / "key.pem")]
+            ca = str(work / "cert.pem")
+        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=(work / "stderr").open("w"))
+        for _ in range(100):
+            if (work / "port").exists():
+                break
+            assert proc.poll() is None, (work / "stderr").read_text()
+            time.sleep(0.05)
+        port = int((work / "port").read_text())
+        hub = Hub(f"{'https' if tls else 'http'}://127.0.0.1:{port}", work / "requests.jsonl", proc, ca)
+        hubs.append(hub)
+        return hub
+
+    yield start
+    for hub in hubs:
+        hub.proc.terminate()
+        hub.proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def hub_a(start_hub: Callable[..., Hub], models: dict[str, Path]) -> Hub:
+    return start_hub(models["a"])
+
+
+@pytest.fixture(scope="session")
+def hub_b(start_hub: Callable[..., Hub], models: dict[str, Path]) -> Hub:
+    return start_hub(models["b"])
+
+
+@pytest.fixture(autouse=True)
+def no_faults(request: pytest.FixtureRequest) -> Iterator[None]:
+    yield
+    for name in ("hub_a", "hub_b"):
+        if name in request.fixturenames:
+            request.getfixturevalue(name).faults({})
+
+
+def request_for(hub: Hub, root: Path, venv: Path, **kw: Any) -> Any:
+    base = store.StoreRequest(
+        model_id=MODEL_ID,
+        modelscope_bin=str(venv / "bin/modelscope"),
+        endpoint=hub.endpoint,
+        root=str(root),
+        owner=None,
+        group=None,
+        timeout=300,
+        retries=0,
+        ca_bundle=hub.ca_bundle,
+        progress_file=str(root.parent / "progress.json"),
+    )
+    return replace(base, **kw)
+
+
+def sha(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def same_content(published: Path, source: Path) -> None:
+    files = sorted(p.relative_to(source).as_posix() for p in source.rglob("*") if p.is_file())
+    got = sorted(
+        p.relative_to(published).as_posix() for p in published.rglob("*") if p.is_file() and p.name != lib.MANIFEST_NAME
+    )
+    assert got == files
+    for rel in files:
+        assert sha(published / rel) == sha(source / rel), rel
+
+
+# --------------------------------------------------------------------------------------------------
+# End to end
+# --------------------------------------------------------------------------------------------------
+def test_fresh_download_publishes_a_verified_model(hub_a: Hub, client_venv: Path, models, tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    started = time.monotonic()
+    result = store.run_model_store(request_for(hub_a, root, client_venv))
+    elapsed = time.monotonic() - started
+    print(f"\n[modelstore] tiny model download+verify+publish: {elapsed:.2f}s ({result.total_bytes} bytes)")
+
+    live = root / "Tiny-Instruct"
+    assert result.changed and result.downloaded and result.attempts == 1
+    assert result.client_version == "1.40.2"
+    assert live.is_symlink() and not os.path.isabs(os.readlink(live))
+    assert live.resolve() == root / ".versions" / f"Tiny-Instruct@{result.commit}"
+    same_content(live, models["a"])
+    manifest = lib.read_manifest(live)
+    assert manifest and manifest["manifest_sha256"] == result.manifest_sha256
+    assert manifest["commit"] == result.commit and manifest["revision"] == "master"
+    assert {f["path"]: f["sha256"] for f in manifest["files"]} == {p.name: sha(p) for p in models["a"].iterdir()}
+    for path in [live.resolve(), *live.resolve().rglob("*")]:
+        assert path.stat().st_mode & 0o777 == (0o755 if path.is_dir() else 0o644), path
+    assert not list((root / ".staging").glob("Tiny-Instruct@*")), "staging must be gone after publish"
+    progress = json.loads((tmp_path / "progress.json").read_text())
+    assert progress["state"] == "done" and progress["bytes_done"] == progress["bytes_total"] == result.total_bytes
+
+
+def test_second_run_downloads_nothing(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    first = store.run_model_store(request_for(hub_a, root, client_venv))
+    mark = hub_a.mark()
+    second = store.run_model_store(request_for(hub_a, root, client_venv))
+    assert first.changed and not second.changed and not second.downloaded
+    assert second.manifest_sha256 == first.manifest_sha256
+    assert hub_a.file_gets(mark) == [], "an up-to-date model must not fetch any file"
+    assert any("repo/files" in e["path"] for e in hub_a.since(mark)), "the listing is still checked"
+
+
+def test_interrupted_download_resumes_with_a_range_request(
+    hub_a: Hub, client_venv: Path, models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    root = tmp_path / "models"
+    # The client's own retries would hide the interruption inside one run; switch them off.
+    monkeypatch.setenv("MODELSCOPE_DOWNLOAD_MAX_RETRIES", "0")
+    # Each of the two client runs gets 1 MB of the 2.6 MB file before the connection drops.
+    hub_a.faults({"drop_after_bytes": {"model.safetensors": {"bytes": 1_000_000, "times": 2}}})
+    with pytest.raises(lib.ModelStoreError) as failed:
+        store.run_model_store(request_for(hub_a, root, client_venv, retries=1))
+    assert "model.safetensors" in str(failed.value)
+    assert not (root / "Tiny-Instruct").exists(), "nothing may be published after a failed download"
+    staging = next((root / ".staging").glob("Tiny-Instruct@*"))
+    partial = staging / "model.safetensors.incomplete"
+    kept = partial.stat().st_size
+    assert kept == 2_000_000, "the second client run must have resumed the first one's partial file"
+
+    mark = hub_a.mark()
+    result = store.run_model_store(request_for(hub_a, root, client_venv))
+    gets = hub_a.file_gets(mark, "model.safetensors")
+    starts = [int(m.group(1)) for e in gets if e["range"] and (m := re.match(r"bytes=(\d+)-", e["range"]))]
+    assert starts and starts[0] == kept > 0, gets
+    assert all(e["range"] for e in gets), "the resumed run must not fetch the file from byte 0"
+    assert hub_a.file_gets(mark, "config.json") == [], "files completed before the drop are kept"
+    assert result.changed
+    same_content(root / "Tiny-Instruct", models["a"])
+
+
+def test_corrupted_download_is_never_published(
+    hub_a: Hub, hub_b: Hub, client_venv: Path, models, tmp_path: Path
+) -> None:
+    root = tmp_path / "models"
+    good = store.run_model_store(request_for(hub_a, root, client_venv))
+    live = root / "Tiny-Instruct"
+    before = live.resolve()
+
+    hub_b.faults({"corrupt": {"model.safetensors": True}})
+    with pytest.raises(lib.IntegrityError) as failed:
+        store.run_model_store(request_for(hub_b, root, client_venv, retries=1))
+    message = str(failed.value)
+    expected = sha(models["b"] / "model.safetensors")
+    assert "model.safetensors" in message and expected in message
+    assert re.search(r"Hash mismatch for model\.safetensors: expected \w+\.*, got \w+", message), message
+    assert [p.path for p in failed.value.problems] == ["model.safetensors"]
+    assert live.resolve() == before, "the live path must still point at the good version"
+    same_content(live, models["a"])
+    assert lib.read_manifest(live)["commit"] == good.commit
+    assert list((root / ".versions").iterdir()) == [before], "no version dir for the corrupted commit"
+    assert next((root / ".staging").glob("Tiny-Instruct@*")).is_dir(), "staging is kept for the next run"
+
+
+def test_rehash_detects_a_file_corrupted_on_disk(hub_a: Hub, client_venv: Path, models, tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    store.run_model_store(request_for(hub_a, root, client_venv))
+    weights = root / "Tiny-Instruct" / "model.safetensors"
+    data = bytearray(weights.read_bytes())
+    data[len(data) // 3] ^= 0x01  # simulated bit rot: same size, other content
+    weights.write_bytes(bytes(data))
+
+    quick = store.run_model_store(request_for(hub_a, root, client_venv))
+    assert not quick.changed, "without rehash only sizes are checked (cheap idempotence)"
+
+    mark = hub_a.mark()
+    fixed = store.run_model_store(request_for(hub_a, root, client_venv, rehash=True))
+    assert fixed.changed and len(fixed.repaired) == 1 and "model.safetensors" in fixed.repaired[0]
+    assert [e["path"].split("FilePath=")[1] for e in hub_a.file_gets(mark)] == ["model.safetensors"]
+    same_content(root / "Tiny-Instruct", models["a"])
+    assert not store.run_model_store(request_for(hub_a, root, client_venv, rehash=True)).changed
+
+
+def test_verifier_refetches_a_file_the_client_accepted(hub_a: Hub, client_venv: Path, models, tmp_path: Path) -> None:
+    # Simulated client defect (like modelscope#1114: a bad file left in place): a wrapper runs the
+    # real CLI, then damages tokenizer.json once. The store's own sha256 check must catch it.
+    marker = tmp_path / "damaged-once"
+    wrapper = tmp_path / "bin/modelscope"
+    wrapper.parent.mkdir()
+    (wrapper.parent / "python").symlink_to(client_venv / "bin/python")
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'"{client_venv}/bin/modelscope" "$@" || exit $?\n'
+        'staged="$(echo "$@" | sed "s/.*--local_dir //")"\n'
+        f'if [ ! -e "{marker}" ]; then touch "{marker}"; printf X | '
+        'dd of="$staged/tokenizer.json" bs=1 seek=10 conv=notrunc 2>/dev/null; fi\n'
+    )
+    wrapper.chmod(0o755)
+    root = tmp_path / "models"
+    mark = hub_a.mark()
+    req = request_for(hub_a, root, client_venv, modelscope_bin=str(wrapper), retries=1)
+    result = store.run_model_store(req)
+    assert marker.exists() and result.attempts == 2
+    assert len(hub_a.file_gets(mark, "tokenizer.json")) == 2
+    same_content(root / "Tiny-Instruct", models["a"])
+
+
+def test_disk_space_shortfall_is_refused_before_downloading(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    free = lib.free_bytes(tmp_path)
+    mark = hub_a.mark()
+    with pytest.raises(lib.DiskSpaceError) as failed:
+        store.run_model_store(request_for(hub_a, root, client_venv, reserve_bytes=free + 2**40))
+    assert "model_store_root" in str(failed.value) and "short by" in str(failed.value)
+    assert hub_a.file_gets(mark) == []
+    assert not (root / "Tiny-Instruct").exists()
+
+
+def test_check_mode_reports_without_changing(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
+    root = tmp_path / "models"
+    mark = hub_a.mark()
+    result = store.run_model_store(request_for(hub_a, root, client_venv, check_mode=True))
+    assert result.changed and not result.downloaded
+    assert hub_a.file_gets(mark) == [] and not root.exists()
+
+
+def test_new_revision_replaces_the_live_link_and_keeps_one_previous(
+    hub_a: Hub, hub_b: Hub, client_venv: Path, models, tmp_path: Path
+) -> None:
+    root = tmp_path / "models"
+    a = store.run_model_store(request_for(hub_a, root, client_venv))
+    b = store.run_model_store(request_for(hub_b, root, client_venv))
+    assert a.commit != b.commit and b.changed
+    same_content(root / "Tiny-Instruct", models["b"])
+    mark = hub_a.mark()
+    back = store.run_model_store(request_for(hub_a, root, client_venv))  # rollback: the kept copy
+    assert back.changed and not back.downloaded and hub_a.file_gets(mark) == []
+    same_content(root / "Tiny-Instruct", models["a"])
+    assert len(list((root / ".versions").iterdir())) == 2
+
+
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make the hub's test certificate")
+def test_legacy_client_generation_over_https(start_hub: Callable[..., Hub], hub_a: Hub, models, tmp_path: Path) -> None:
+    venv = cached_venv("modelstore-legacy-venv", LEGACY_PINS)
+    hub = start_hub(models["a"], tls=True)
+    root = tmp_path / "models"
+    result = store.run_model_store(request_for(hub, root, venv))
+    assert result.client_version == "1.23.0"
+    same_content(root / "Tiny-Instruct", models["a"])  # its .msc/.mv/._____temp are not published
+    mark = hub.mark()
+    assert not store.run_model_store(request_for(hub, root, venv)).changed
+    assert hub.file_gets(mark) == []
+    # Same model over plain http (hub_a): the listing works, the legacy client could not; refused up front.
+    os.remove(root / "Tiny-Instruct" / "config.json")
+    with pytest.raises(lib.ModelStoreError, match="only speaks https"):
+        store.run_model_store(request_for(hub_a, root, venv))
+
+
+# --------------------------------------------------------------------------------------------------
+# Pure logic
+# --------------------------------------------------------------------------------------------------
+def listing_payload(**overrides: Any) -> dict[str, Any]:
+    entry = {
+        "Name": "a.bin",
+        "Path": "a.bin",
+        "Type": "blob",
+        "Size": 3,
+        "Sha256": "ab" * 32,
+        "Revision": "c1",
+    }
+    entry.update(overrides)
+    return {"Code": 200, "Success": True, "Data": {"Files": [entry, {"Path": "d", "Type": "tree"}]}}
+
+
+def test_parse_listing_takes_blobs_and_the_commit() -> None:
+    listing = lib.parse_listing(listing_payload(), MODEL_ID, "master")
+    assert listing.commit == "c1" and listing.files == (lib.RemoteFile("a.bin", 3, "ab" * 32),)
+
+
+@pytest.mark.parametrize(
+    ("override", "words"),
+    [({"Sha256": ""}, "no sha256"), ({"Path": "../x"}, "unusable path"), ({"Size": -1}, "no valid Size")],
+)
+def test_parse_listing_rejects_what_cannot_be_verified(override: dict[str, Any], words: str) -> None:
+    with pytest.raises(lib.ListingError, match=words):
+        lib.parse_listing(listing_payload(**override), MODEL_ID, "master")
+
+
+def test_disk_check_counts_only_the_bytes_still_to_fetch(tmp_path: Path) -> None:
+    files = [lib.RemoteFile("a", 100, "0" * 64), lib.RemoteFile("b", 50, "0" * 64)]
+    (tmp_path / "a.incomplete").write_bytes(b"x" * 40)
+    (tmp_path / "b").write_bytes(b"x" * 50)
+    assert lib.staged_bytes(tmp_path, files) == 90
+    assert lib.check_disk_space(tmp_path, 150, 90, free=60) == 60
+    with pytest.raises(lib.DiskSpaceError, match=r"model_store_root .* short by 1\.0 B|short by 1 B"):
+        lib.check_disk_space(tmp_path, 150, 90, free=59)
+
+
+def test_manifest_digest_detects_edits(tmp_path: Path) -> None:
+    listing = lib.parse_listing(listing_payload(), MODEL_ID, "master")
+    lib.write_manifest(tmp_path, listing)
+    assert lib.manifest_matches(lib.read_manifest(tmp_path), listing)
+    body = json.loads((tmp_path / lib.MANIFEST_NAME).read_text())
+    body["files"][0]["size"] = 4
+    (tmp_path / lib.MANIFEST_NAME).write_text(json.dumps(body))
+    assert lib.read_manifest(tmp_path) is None
