@@ -1,0 +1,128 @@
+"""Prove rendered command lines are valid for the REAL vLLM 0.7.3, and that the pins install.
+
+Installs roles/python_env/files/requirements-vllm-0.7.3.txt under constraints-vllm-0.7.3.txt into
+a cached venv (default ~/.cache/gpubox/vllm073-venv; about 7 GB, minutes on first run), reusing it
+while its versions match the pins (the role's own gpubox_pins.py decides). Then, in a subprocess of
+that venv, vLLM's own parser (make_arg_parser(FlexibleArgumentParser())) parses the arguments the
+vllm_service role renders for each production topology.
+
+Run: /tmp/v/bin/pytest -m vllm073 tests/vllm073
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import venv
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "tests" / "unit"))
+sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
+
+from gpubox_vllm import vllm_args  # noqa: E402
+from test_vllm_args import TOPOLOGIES, role_profile  # noqa: E402
+
+pytestmark = pytest.mark.vllm073
+
+FILES = REPO / "roles" / "python_env" / "files"
+REQUIREMENTS = FILES / "requirements-vllm-0.7.3.txt"
+CONSTRAINTS = FILES / "constraints-vllm-0.7.3.txt"
+VENV = Path(os.environ.get("GPUBOX_VLLM073_VENV", Path.home() / ".cache" / "gpubox" / "vllm073-venv"))
+
+# Runs inside the vLLM venv: parse argv with vLLM's own parser, print the namespace as JSON.
+PARSE = """
+import json, sys
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils import FlexibleArgumentParser
+ns = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
+plain = (str, int, float, bool, list, type(None))
+print(json.dumps({k: v for k, v in vars(ns).items() if isinstance(v, plain)}))
+"""
+
+
+def _pins_report(python: Path) -> dict[str, Any]:
+    out = subprocess.run(
+        [str(python), str(FILES / "gpubox_pins.py"), "--requirements", str(REQUIREMENTS),
+         "--constraints", str(CONSTRAINTS)],
+        check=True, capture_output=True, text=True,
+    )  # fmt: skip
+    return json.loads(out.stdout)
+
+
+@pytest.fixture(scope="session")
+def vllm_python() -> Path:
+    python = VENV / "bin" / "python"
+    if python.exists() and _pins_report(python)["satisfied"]:
+        return python
+    if not python.exists():
+        venv.EnvBuilder(with_pip=True).create(VENV)
+    started = time.monotonic()
+    subprocess.run(
+        [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet",
+         "--requirement", str(REQUIREMENTS), "--constraint", str(CONSTRAINTS)],
+        check=True,
+    )  # fmt: skip
+    print(f"vllm 0.7.3 stack installed in {time.monotonic() - started:.0f} s into {VENV}")
+    report = _pins_report(python)
+    assert report["satisfied"], f"the pins did not install as written: {report}"
+    return python
+
+
+def _parse(python: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(python), "-c", PARSE, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_installed_versions_match_the_pins(vllm_python: Path) -> None:
+    versions = _pins_report(vllm_python)["versions"]
+    assert versions["vllm"] == "0.7.3"
+    assert versions["torch"] == "2.5.1"
+    assert versions["xformers"] == "0.0.28.post3"
+    assert versions["modelscope"] == "1.23.0"
+
+
+def test_transformers_sees_torch(vllm_python: Path) -> None:
+    # Newer transformers silently disable PyTorch below 2.6; vLLM then cannot load any model.
+    code = "import transformers.utils as u, sys; sys.exit(0 if u.is_torch_available() else 3)"
+    result = subprocess.run([str(vllm_python), "-c", code], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+
+
+@pytest.mark.parametrize("group", TOPOLOGIES)
+def test_real_parser_accepts_rendered_args(vllm_python: Path, group: str) -> None:
+    profile = role_profile(group)
+    started = time.monotonic()
+    result = _parse(vllm_python, vllm_args(profile))
+    print(f"{group}: parser import + parse took {time.monotonic() - started:.1f} s")
+    assert result.returncode == 0, result.stderr[-3000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+
+    assert parsed["model"] == profile["model_dir"]
+    assert parsed["served_model_name"] == [profile["served_model_name"]]
+    assert parsed["host"] == profile["host"]
+    assert parsed["port"] == int(profile["port"])
+    assert parsed["tensor_parallel_size"] == int(profile["tensor_parallel_size"])
+    assert parsed["pipeline_parallel_size"] == int(profile["pipeline_parallel_size"] or 1)
+    assert parsed["gpu_memory_utilization"] == pytest.approx(float(profile["gpu_memory_utilization"]))
+    assert parsed["max_model_len"] == int(profile["max_model_len"])
+    assert parsed["max_num_seqs"] == int(profile["max_num_seqs"])
+    assert parsed["max_num_batched_tokens"] == profile["max_num_batched_tokens"]
+    assert parsed["dtype"] == profile["dtype"]
+    assert parsed["quantization"] == profile["quantization"]
+    assert parsed["kv_cache_dtype"] == profile["kv_cache_dtype"]
+    assert parsed["enforce_eager"] is bool(profile["enforce_eager"])
+    assert parsed["disable_log_requests"] is True
+    assert parsed["api_key"] is None
+
+
+def test_real_parser_rejects_an_unknown_flag(vllm_python: Path) -> None:
+    args = [*vllm_args(role_profile(TOPOLOGIES[0])), "--no-such-flag-in-vllm-073"]
+    result = _parse(vllm_python, args)
+    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
+    assert "--no-such-flag-in-vllm-073" in result.stderr
