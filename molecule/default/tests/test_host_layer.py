@@ -78,9 +78,10 @@ def test_cuda_repo_driver_packages_blocked(host):
 
 
 def test_persistenced_drop_in(host):
-    unit = host.check_output("systemctl cat nvidia-persistenced.service")
-    assert "--persistence-mode" in unit
-    assert "--no-persistence-mode" not in unit
+    assert "10-gpubox-persistence-mode.conf" in host.check_output("systemctl cat nvidia-persistenced.service")
+    exec_start = host.check_output("systemctl show -p ExecStart nvidia-persistenced.service")
+    assert "--persistence-mode" in exec_start
+    assert "--no-persistence-mode" not in exec_start
     assert host.service("nvidia-persistenced.service").is_enabled
 
 

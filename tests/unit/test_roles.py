@@ -1,0 +1,156 @@
+"""Role contracts: defaults and argument specs agree, every role has its files, and the OS-specific
+package sets resolve to exactly the right packages for Ubuntu 22.04 (GA/HWE kernel, Secure Boot on/off)
+and Debian 12."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import jinja2
+import pytest
+import yaml
+from ansible.module_utils.parsing.convert_bool import boolean
+
+ROOT = Path(__file__).resolve().parents[2]
+ROLES = sorted(p for p in (ROOT / "roles").iterdir() if p.is_dir())
+TASK_ROLES = [p for p in ROLES if (p / "tasks" / "main.yml").exists()]
+
+
+def load(path: Path):
+    return yaml.safe_load(path.read_text()) or {}
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[p.name for p in ROLES])
+def test_defaults_and_argument_specs_have_the_same_keys(role):
+    defaults = set(load(role / "defaults" / "main.yml"))
+    specs = load(role / "meta" / "argument_specs.yml")["argument_specs"]
+    options = set(specs["main"].get("options") or {})
+    assert defaults == options, (
+        f"{role.name}: only in defaults: {sorted(defaults - options)}; only in specs: {sorted(options - defaults)}"
+    )
+
+
+@pytest.mark.parametrize("role", ROLES, ids=[p.name for p in ROLES])
+def test_role_inputs_are_prefixed(role):
+    prefix = role.name + "_"
+    for key in load(role / "defaults" / "main.yml"):
+        assert key.startswith(prefix), f"{role.name}: {key} should start with {prefix}"
+
+
+@pytest.mark.parametrize("role", TASK_ROLES, ids=[p.name for p in TASK_ROLES])
+def test_role_has_its_files(role):
+    for rel in (
+        "README.md",
+        "handlers/main.yml",
+        "vars/Ubuntu-22.yml",
+        "vars/Debian-12.yml",
+        "meta/main.yml",
+    ):
+        assert (role / rel).is_file(), f"{role.name} lacks {rel}"
+
+
+def render(value, variables: dict):
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["bool"] = lambda v: boolean(v, strict=False)
+    if isinstance(value, list):
+        return [render(v, variables) for v in value]
+    if not isinstance(value, str):
+        return value
+    out = env.from_string(value).render(**variables)
+    try:
+        return yaml.safe_load(out) if out.strip().startswith("[") else out.strip()
+    except yaml.YAMLError:
+        return out.strip()
+
+
+def driver_vars(distro: str, flavour: str, secure_boot: bool) -> dict:
+    variables = {
+        "nvidia_driver_branch": "535",
+        "_nvidia_driver_kernel_flavour": flavour,
+        "_nvidia_driver_secure_boot_on": secure_boot,
+    }
+    raw = load(ROOT / "roles/nvidia_driver/vars" / f"{distro}.yml")
+    # resolve in file order: later entries reference earlier ones
+    for key, value in raw.items():
+        variables[key] = render(value, variables)
+    return variables
+
+
+BASE = [
+    "nvidia-headless-no-dkms-535-server",
+    "nvidia-utils-535-server",
+    "libnvidia-compute-535-server",
+    "nvidia-compute-utils-535-server",
+]
+
+
+@pytest.mark.parametrize(
+    ("flavour", "secure_boot", "modules"),
+    [
+        ("generic", True, ["linux-modules-nvidia-535-server-generic"]),
+        ("generic-hwe-22.04", True, ["linux-modules-nvidia-535-server-generic-hwe-22.04"]),
+        ("generic", False, ["nvidia-dkms-535-server", "linux-headers-generic"]),
+        ("generic-hwe-22.04", False, ["nvidia-dkms-535-server", "linux-headers-generic-hwe-22.04"]),
+    ],
+)
+def test_ubuntu_2204_driver_package_sets(flavour, secure_boot, modules):
+    v = driver_vars("Ubuntu-22", flavour, secure_boot)
+    assert v["__nvidia_driver_packages"] == BASE + modules
+    # signed precompiled modules and DKMS are mutually exclusive
+    pkgs = v["__nvidia_driver_packages"]
+    assert not (
+        any(p.startswith("linux-modules-nvidia") for p in pkgs)
+        and any(p.startswith("nvidia-dkms") for p in pkgs)
+    )
+    versioned = v["__nvidia_driver_versioned_packages"]
+    assert set(versioned) <= set(pkgs)
+    assert ("nvidia-dkms-535-server" in versioned) is (not secure_boot)
+
+
+def test_debian_12_driver_package_set():
+    v = driver_vars("Debian-12", "", False)
+    assert v["__nvidia_driver_packages"] == [
+        "nvidia-kernel-dkms",
+        "nvidia-smi",
+        "libcuda1",
+        "libnvidia-ml1",
+        "firmware-nvidia-gsp",
+        "nvidia-persistenced",
+    ]
+    assert v["__nvidia_driver_version_default"] == "535.261.03-1"
+
+
+@pytest.mark.parametrize(
+    ("packages", "expected"),
+    [({"linux-image-generic-hwe-22.04": []}, "generic-hwe-22.04"), ({"linux-image-generic": []}, "generic")],
+)
+def test_kernel_flavour_detection(packages, expected):
+    tasks = load(ROOT / "roles/nvidia_driver/tasks/validate.yml")
+    decide = next(
+        t for t in tasks if "_nvidia_driver_kernel_flavour" in t.get("ansible.builtin.set_fact", {})
+    )
+    expr = decide["ansible.builtin.set_fact"]["_nvidia_driver_kernel_flavour"]
+    facts = {"distribution_version": "22.04", "packages": packages}
+    assert render(expr, {"nvidia_driver_kernel_flavour": "", "ansible_facts": facts}) == expected
+
+
+@pytest.mark.parametrize("distro", ["Ubuntu-22", "Debian-12"])
+def test_cuda_repo_blocks_driver_packages(distro):
+    v = load(ROOT / "roles/cuda_toolkit/vars" / f"{distro}.yml")
+    globs = v["__cuda_toolkit_blocked_globs"].split()
+    for needed in ("nvidia-*", "libnvidia-*", "cuda-drivers*"):
+        assert needed in globs
+    assert v["__cuda_toolkit_repo_url"].endswith(("ubuntu2204/x86_64/", "debian12/x86_64/"))
+
+
+def test_role_readmes_match_argument_specs():
+    import subprocess
+    import sys
+
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools/role_readme.py"), "--check"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
