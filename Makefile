@@ -13,10 +13,10 @@ SCENARIOS ?= default topology_4x4090 refusals serving
 JOBS ?= 2
 GROUP ?= gpu_2x3090
 
-.PHONY: help venv lock lint unit harness molecule test bench plan demo demo-clean clean
+.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean
 
 help:
-	@echo "make demo | test | lint | unit | molecule | bench | plan GROUP=gpu_2x3090 | lock | clean"
+	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan GROUP=gpu_2x3090 | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -40,6 +40,11 @@ lint: venv
 unit: venv
 	pytest -q tests/unit
 
+# The production command lines of both topologies, parsed by vLLM 0.7.3's own argument parser
+# (installs the real vLLM 0.7.3 stack, about 7 GB, into a cached venv).
+vllm073: venv
+	pytest -q -m vllm073 tests/vllm073
+
 harness: venv
 	molecule/shared/host-setup.sh
 	molecule/shared/image/build.sh
@@ -48,7 +53,7 @@ harness: venv
 molecule: harness
 	$(PY) tools/run_scenarios.py --jobs $(JOBS) $(SCENARIOS)
 
-test: lint unit molecule
+test: lint unit vllm073 molecule
 
 bench: venv
 	$(PY) tools/bench.py --out bench/results.md
