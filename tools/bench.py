@@ -120,8 +120,7 @@ def report(results: list[dict[str, Any]], per_call_s: float) -> str:
     for result in results:
         for field, row in result["rows"].items():
             lines.append(
-                f"| {result['id']} | {field} | {fmt(row['logged'])} | {fmt(row['predicted'])} | "
-                f"{fmt(row['error'])} |"
+                f"| {result['id']} | {field} | {fmt(row['logged'])} | {fmt(row['predicted'])} | {fmt(row['error'])} |"
             )
             abs_errors[field].append(abs(row["error"]))
     lines += ["", "| quantity | cases | median abs error |", "|---|---:|---:|"]

@@ -31,9 +31,7 @@ def ansible_playbook(*args: str, extra: dict | None = None) -> None:
     if extra is not None:
         cmd += ["-e", json.dumps(extra)]
     print("+ " + " ".join(a if len(a) < 120 else a[:117] + "..." for a in cmd), flush=True)
-    proc = subprocess.run(
-        cmd, cwd=ROOT, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, check=False
-    )
+    proc = subprocess.run(cmd, cwd=ROOT, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, check=False)
     if proc.returncode != 0:
         sys.exit(f"demo: {' '.join(cmd[:2])} failed with exit code {proc.returncode}")
 

@@ -249,9 +249,7 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
     col = _Collector()
     tp = col.int_at_least(serving, "serving", "tensor_parallel_size", 1, "use 1, 2, 4 or 8")
     pp = col.int_at_least(serving, "serving", "pipeline_parallel_size", 1, "use 1 unless you span hosts")
-    max_len = col.int_at_least(
-        serving, "serving", "max_model_len", 1, "set the context length to serve, e.g. 8192"
-    )
+    max_len = col.int_at_least(serving, "serving", "max_model_len", 1, "set the context length to serve, e.g. 8192")
     seqs_raw = serving.get("max_num_seqs")
     max_seqs = (
         DEFAULT_MAX_NUM_SEQS
@@ -298,8 +296,7 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
     block = DEFAULT_BLOCK_SIZE if block_raw is None else block_raw
     if block not in CUDA_BLOCK_SIZES or isinstance(block, bool):
         col.errors.append(
-            f"{var('serving.block_size')} must be one of {CUDA_BLOCK_SIZES} on CUDA or null (16), "
-            f"got {block_raw!r}"
+            f"{var('serving.block_size')} must be one of {CUDA_BLOCK_SIZES} on CUDA or null (16), got {block_raw!r}"
         )
         block = DEFAULT_BLOCK_SIZE
 

@@ -219,9 +219,7 @@ def parse_query_xml(text: str) -> QueryXml:
     for index, elem in enumerate(gpu_elems):
         bus_id = _text(elem, "pci/pci_bus_id") or elem.get("id")
         if not bus_id:
-            raise GpuParseError(
-                CMD_QUERY_XML, f"<gpu> number {index} has neither pci_bus_id nor an id attribute"
-            )
+            raise GpuParseError(CMD_QUERY_XML, f"<gpu> number {index} has neither pci_bus_id nor an id attribute")
         device_id = _text(elem, "pci/pci_device_id")  # e.g. 233510DE: device 0x2335, vendor 0x10DE
         gpus.append(
             GpuInfo(
@@ -232,22 +230,16 @@ def parse_query_xml(text: str) -> QueryXml:
                 pci_device_id=f"0x{device_id[:4].lower()}" if device_id and len(device_id) == 8 else None,
                 memory_total_mib=_int_or_none(_text(elem, "fb_memory_usage/total"), "MiB"),
                 persistence_mode=_bool_from_enabled(_text(elem, "persistence_mode")),
-                pcie_link_gen_current=_int_or_none(
-                    _text(elem, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")
-                ),
+                pcie_link_gen_current=_int_or_none(_text(elem, "pci/pci_gpu_link_info/pcie_gen/current_link_gen")),
                 pcie_link_gen_max=_int_or_none(_text(elem, "pci/pci_gpu_link_info/pcie_gen/max_link_gen")),
                 pcie_link_width_current=_int_or_none(
                     _text(elem, "pci/pci_gpu_link_info/link_widths/current_link_width"), "x"
                 ),
-                pcie_link_width_max=_int_or_none(
-                    _text(elem, "pci/pci_gpu_link_info/link_widths/max_link_width"), "x"
-                ),
+                pcie_link_width_max=_int_or_none(_text(elem, "pci/pci_gpu_link_info/link_widths/max_link_width"), "x"),
                 bar1_total_mib=_int_or_none(_text(elem, "bar1_memory_usage/total"), "MiB"),
             )
         )
-    return QueryXml(
-        driver_version=_text(root, "driver_version"), cuda_version=_text(root, "cuda_version"), gpus=gpus
-    )
+    return QueryXml(driver_version=_text(root, "driver_version"), cuda_version=_text(root, "cuda_version"), gpus=gpus)
 
 
 # --------------------------------------------------------------------------- topo matrices
@@ -288,9 +280,7 @@ def _parse_gpu_matrix(text: str, source: str, value_re: re.Pattern[str]) -> dict
                 raise GpuParseError(source, f"unexpected value {value!r} at GPU{row_gpu}/GPU{col_gpu}")
             if row_gpu == col_gpu:
                 if value != "X":
-                    raise GpuParseError(
-                        source, f"diagonal GPU{row_gpu}/GPU{col_gpu} is {value!r}, expected 'X'"
-                    )
+                    raise GpuParseError(source, f"diagonal GPU{row_gpu}/GPU{col_gpu} is {value!r}, expected 'X'")
             elif row_gpu < col_gpu:
                 result[pair_key(row_gpu, col_gpu)] = value
     return result
@@ -406,9 +396,7 @@ def scan_sysfs(root: str | Path = "/") -> list[SysfsGpu]:
             if int(vendor, 16) != NVIDIA_VENDOR_ID or int(pci_class, 16) >> 8 not in GPU_PCI_CLASSES:
                 continue
         except ValueError:
-            raise GpuParseError(
-                f"sysfs {dev}", f"vendor {vendor!r} or class {pci_class!r} is not hex"
-            ) from None
+            raise GpuParseError(f"sysfs {dev}", f"vendor {vendor!r} or class {pci_class!r} is not hex") from None
         resource = _read_attr(dev / "resource")
         found.append(
             SysfsGpu(
@@ -588,9 +576,7 @@ def parse_probe_output(
 
     all_pairs = [f"{i}-{j}" for i in range(gpu_count) for j in range(gpu_count) if i != j]
     if timed_out:
-        return ProbeResult(
-            "failed", {key: "TIMEOUT" for key in all_pairs}, "the probe did not finish in time"
-        )
+        return ProbeResult("failed", {key: "TIMEOUT" for key in all_pairs}, "the probe did not finish in time")
     data: Any = None
     for line in reversed((stdout or "").splitlines()):
         if line.strip().startswith("{"):
@@ -610,8 +596,6 @@ def parse_probe_output(
     pairs = {str(key): str(value) for key, value in data["pairs"].items()}
     bad = {key: value for key, value in pairs.items() if value not in ("OK", "NO_PEER_ACCESS")}
     if returncode == 0 and not bad:
-        return ProbeResult(
-            "passed", pairs, f"{len(pairs)} ordered pairs checked on {data.get('devices')} GPUs"
-        )
+        return ProbeResult("passed", pairs, f"{len(pairs)} ordered pairs checked on {data.get('devices')} GPUs")
     detail = ", ".join(f"{key}: {value}" for key, value in sorted(bad.items())) or f"exit status {returncode}"
     return ProbeResult("failed", pairs, detail)

@@ -226,11 +226,7 @@ def systemd_quote_arg(arg: str, variables: bool = True) -> str:
     if _SYSTEMD_SAFE.match(text):
         return text
     escaped = (
-        text.replace("\\", "\\\\")
-        .replace('"', '\\"')
-        .replace("\n", "\\n")
-        .replace("\t", "\\t")
-        .replace("\r", "\\r")
+        text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\t", "\\t").replace("\r", "\\r")
     )
     return f'"{escaped}"'
 

@@ -167,9 +167,7 @@ def main() -> None:
             nvidia_smi_error=error,
         )
     except GpuParseError as exc:
-        module.fail_json(
-            msg=f"{exc}. Run the command by hand to see its output; the parser is gpubox_gpu.py."
-        )
+        module.fail_json(msg=f"{exc}. Run the command by hand to see its output; the parser is gpubox_gpu.py.")
     facts["nvidia_smi_path"] = smi
     module.exit_json(changed=False, ansible_facts={"gpubox_gpu": facts})
 

@@ -195,9 +195,7 @@ def test_packages_index_matches_every_deb(built: Built) -> None:
         assert stanza["SHA256"] == hashlib.sha256(data).hexdigest(), name
         assert stanza["MD5sum"] == hashlib.md5(data).hexdigest(), name
         for key in ("Package", "Version", "Architecture", "Depends"):
-            got = subprocess.run(
-                ["dpkg-deb", "-f", str(deb), key], capture_output=True, text=True, check=True
-            )
+            got = subprocess.run(["dpkg-deb", "-f", str(deb), key], capture_output=True, text=True, check=True)
             assert got.stdout.strip() == stanza.get(key, ""), (name, key)
     assert "gpubox-sim-gpu" not in index
 
@@ -211,9 +209,7 @@ def test_real_cuda_names_and_versions(built: Built) -> None:
         assert dep in depends
     for name in ("cuda-nvcc-12-2", "cuda-cudart-12-2", "cuda-cudart-dev-12-2"):
         assert index[name]["Version"] == "12.2.140-1"
-    assert not any(
-        "nvidia" in index[name].get("Depends", "") for name in index if name.startswith("cuda-toolkit")
-    )
+    assert not any("nvidia" in index[name].get("Depends", "") for name in index if name.startswith("cuda-toolkit"))
 
 
 def test_decoys_outrank_debian_and_carry_no_payload(built: Built) -> None:
@@ -277,9 +273,7 @@ int main() {
 
 @pytest.mark.skipif(not shutil.which("g++"), reason="needs g++ (apt-get install g++)")
 def test_toolkit_payload_is_real_cuda_12_2(built: Built, tmp_path: Path) -> None:
-    cuda = extract(
-        built.repo, ["cuda-nvcc-12-2", "cuda-cudart-12-2", "cuda-cudart-dev-12-2"], tmp_path / "root"
-    )
+    cuda = extract(built.repo, ["cuda-nvcc-12-2", "cuda-cudart-12-2", "cuda-cudart-dev-12-2"], tmp_path / "root")
     version = subprocess.run([cuda / "bin/ptxas", "--version"], capture_output=True, text=True, check=True)
     assert "release 12.2, V12.2.140" in version.stdout
     (tmp_path / "k.ptx").write_text(ADD_ONE_PTX)
@@ -317,12 +311,8 @@ def test_config_common_points_usr_local_cuda_at_the_minor_version(built: Built) 
 def test_sim_package_is_outside_the_signed_index(built: Built) -> None:
     debs = list((built.repo / "sim").glob("*.deb"))
     assert len(debs) == 1 and debs[0].name.startswith("gpubox-sim-gpu_0.1.0+")
-    listing = subprocess.run(
-        ["dpkg-deb", "-c", str(debs[0])], capture_output=True, text=True, check=True
-    ).stdout
-    assert "-rwxr-xr-x root/root" in next(
-        line for line in listing.splitlines() if "/usr/local/bin/nvidia-smi" in line
-    )
+    listing = subprocess.run(["dpkg-deb", "-c", str(debs[0])], capture_output=True, text=True, check=True).stdout
+    assert "-rwxr-xr-x root/root" in next(line for line in listing.splitlines() if "/usr/local/bin/nvidia-smi" in line)
     fixtures = br.DEFAULT_FIXTURES if built.sim is None else built.sim[1]
     for src in (p for p in fixtures.glob("*/**/*") if p.is_file()):
         assert f"./usr/share/gpubox-sim/fixtures/{src.relative_to(fixtures)}" in listing

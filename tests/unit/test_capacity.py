@@ -133,9 +133,7 @@ def test_too_long_context_for_the_cache_is_refused() -> None:
         ({}, {"count": 0}, "gpubox_gpu_count"),
     ],
 )
-def test_each_validation_error_names_its_variable(
-    overrides: dict, gpu_overrides: dict, variable: str
-) -> None:
+def test_each_validation_error_names_its_variable(overrides: dict, gpu_overrides: dict, variable: str) -> None:
     model = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
     gpu = {**gpu_3090(2), **gpu_overrides}
     result = gpubox_capacity.plan(model, gpu, serving(**overrides))

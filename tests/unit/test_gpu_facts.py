@@ -57,9 +57,7 @@ def facts_for(box: str, sysfs_root: Path | str = "/nonexistent") -> dict:
 
 def sim_env(box: str, state: Path, **extra: str) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBOX_SIM_")}
-    env.update(
-        GPUBOX_SIM_BOX=box, GPUBOX_SIM_FIXTURES=str(FIXTURES), GPUBOX_SIM_STATE_DIR=str(state), **extra
-    )
+    env.update(GPUBOX_SIM_BOX=box, GPUBOX_SIM_FIXTURES=str(FIXTURES), GPUBOX_SIM_STATE_DIR=str(state), **extra)
     return env
 
 
@@ -70,9 +68,7 @@ def replay(box: str, state: Path, *args: str, **extra: str) -> subprocess.Comple
 
 
 def make_sysfs(box: str, root: Path, *extra: str) -> None:
-    subprocess.run(
-        [sys.executable, str(MAKE_SYSFS), str(FIXTURES / box / "sysfs.json"), str(root), *extra], check=True
-    )
+    subprocess.run([sys.executable, str(MAKE_SYSFS), str(FIXTURES / box / "sysfs.json"), str(root), *extra], check=True)
 
 
 # --------------------------------------------------------------------------- fixture layout
@@ -372,9 +368,7 @@ def test_p2p_decision_explains_itself() -> None:
         ("Segmentation fault", -11, False, "failed", "CRASHED"),
     ],
 )
-def test_parse_probe_output(
-    stdout: str, rc: int | None, timed_out: bool, status: str, pair_value: str | None
-) -> None:
+def test_parse_probe_output(stdout: str, rc: int | None, timed_out: bool, status: str, pair_value: str | None) -> None:
     result = g.parse_probe_output(stdout, rc, timed_out=timed_out, gpu_count=2)
     assert result.status == status
     if pair_value is not None:
@@ -425,9 +419,7 @@ def test_replay_matches_the_real_tool_on_h200x2(tmp_path: Path) -> None:
 
 
 def test_replay_subsets_and_formats(tmp_path: Path) -> None:
-    proc = replay(
-        "rtx3090x2-pcie", tmp_path, "--query-gpu=memory.total,pcie.link.width.current", "--format=csv"
-    )
+    proc = replay("rtx3090x2-pcie", tmp_path, "--query-gpu=memory.total,pcie.link.width.current", "--format=csv")
     assert proc.stdout.splitlines() == [
         "memory.total [MiB], pcie.link.width.current",
         "24576 MiB, 16",
@@ -448,10 +440,7 @@ def test_replay_persistence_mode_is_remembered(tmp_path: Path) -> None:
         "All done.",
     ]
     assert replay("rtx3090x2-nvlink", tmp_path, *query).stdout == "Enabled\nEnabled\n"
-    assert (
-        "<persistence_mode>Enabled</persistence_mode>"
-        in replay("rtx3090x2-nvlink", tmp_path, "-q", "-x").stdout
-    )
+    assert "<persistence_mode>Enabled</persistence_mode>" in replay("rtx3090x2-nvlink", tmp_path, "-q", "-x").stdout
     assert "already Enabled" in replay("rtx3090x2-nvlink", tmp_path, "-pm", "1").stdout
 
 
@@ -502,9 +491,7 @@ def fake_probe(tmp_path: Path, body: str) -> Path:
     return probe
 
 
-def gpu_check(
-    box: str, tmp_path: Path, bindir: Path, *args: str, **extra: str
-) -> subprocess.CompletedProcess:
+def gpu_check(box: str, tmp_path: Path, bindir: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
     env = sim_env(box, tmp_path / "simstate", **extra)
     env["PATH"] = f"{bindir}{os.pathsep}{env.get('PATH', '')}"
     argv = [sys.executable, str(GPU_CHECK), "--lib", str(ROOT / "plugins" / "module_utils")]
@@ -542,9 +529,7 @@ def test_gpu_check_4090_box_disables_p2p(tmp_path: Path, sim_path: Path) -> None
 
 
 def test_gpu_check_probe_mismatch_disables_p2p_on_nvlink(tmp_path: Path, sim_path: Path) -> None:
-    probe = fake_probe(
-        tmp_path, """echo '{"pairs": {"0-1": "MISMATCH", "1-0": "OK"}, "devices": 2}'; exit 1"""
-    )
+    probe = fake_probe(tmp_path, """echo '{"pairs": {"0-1": "MISMATCH", "1-0": "OK"}, "devices": 2}'; exit 1""")
     proc = gpu_check("rtx3090x2-nvlink", tmp_path, sim_path, "--probe", str(probe))
     assert proc.returncode == 0, proc.stderr
     assert env_lines(tmp_path) == ["NCCL_P2P_DISABLE=1"]
@@ -591,9 +576,7 @@ def test_gpu_check_fails_clearly_when_nvidia_smi_fails(tmp_path: Path, sim_path:
 
 
 def test_gpu_check_missing_library(tmp_path: Path) -> None:
-    proc = subprocess.run(
-        [sys.executable, str(GPU_CHECK), "--lib", str(tmp_path)], capture_output=True, text=True
-    )
+    proc = subprocess.run([sys.executable, str(GPU_CHECK), "--lib", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "cannot import gpubox_gpu" in proc.stderr
 

@@ -99,8 +99,7 @@ def test_ubuntu_2204_driver_package_sets(flavour, secure_boot, modules):
     # signed precompiled modules and DKMS are mutually exclusive
     pkgs = v["__nvidia_driver_packages"]
     assert not (
-        any(p.startswith("linux-modules-nvidia") for p in pkgs)
-        and any(p.startswith("nvidia-dkms") for p in pkgs)
+        any(p.startswith("linux-modules-nvidia") for p in pkgs) and any(p.startswith("nvidia-dkms") for p in pkgs)
     )
     versioned = v["__nvidia_driver_versioned_packages"]
     assert set(versioned) <= set(pkgs)
@@ -126,9 +125,7 @@ def test_debian_12_driver_package_set():
 )
 def test_kernel_flavour_detection(packages, expected):
     tasks = load(ROOT / "roles/nvidia_driver/tasks/validate.yml")
-    decide = next(
-        t for t in tasks if "_nvidia_driver_kernel_flavour" in t.get("ansible.builtin.set_fact", {})
-    )
+    decide = next(t for t in tasks if "_nvidia_driver_kernel_flavour" in t.get("ansible.builtin.set_fact", {}))
     expr = decide["ansible.builtin.set_fact"]["_nvidia_driver_kernel_flavour"]
     facts = {"distribution_version": "22.04", "packages": packages}
     assert render(expr, {"nvidia_driver_kernel_flavour": "", "ansible_facts": facts}) == expected

@@ -374,9 +374,7 @@ def decoy_packages() -> list[Deb]:
     depends = {
         "cuda-drivers": (f"cuda-drivers-545 (= {DECOY_VERSION})",),
         "cuda-drivers-545": tuple(
-            f"{name} (>= {upstream})"
-            for name in DECOY_NAMES
-            if name not in ("cuda-drivers", "cuda-drivers-545")
+            f"{name} (>= {upstream})" for name in DECOY_NAMES if name not in ("cuda-drivers", "cuda-drivers-545")
         ),
     }
     return [
@@ -665,10 +663,7 @@ def build_fresh(
     try:
         with zipfile.ZipFile(wheels[0]) as nvcc, zipfile.ZipFile(wheels[1]) as runtime:
             repo_debs = (
-                config_packages()
-                + toolkit_12_2_packages(nvcc, runtime)
-                + other_cuda_packages()
-                + decoy_packages()
+                config_packages() + toolkit_12_2_packages(nvcc, runtime) + other_cuda_packages() + decoy_packages()
             )
         owners: dict[str, str] = {}
         for deb in repo_debs:
@@ -701,12 +696,8 @@ def build_fresh(
 def parse_args(argv: list[str]) -> Options:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", required=True, type=Path, help="repository directory to (re)create")
-    parser.add_argument(
-        "--cache", type=Path, default=DEFAULT_CACHE, help="wheels and the throwaway GnuPG key"
-    )
-    parser.add_argument(
-        "--sim-nvidia-smi", type=Path, default=DEFAULT_FAKE_NVIDIA_SMI, help=argparse.SUPPRESS
-    )
+    parser.add_argument("--cache", type=Path, default=DEFAULT_CACHE, help="wheels and the throwaway GnuPG key")
+    parser.add_argument("--sim-nvidia-smi", type=Path, default=DEFAULT_FAKE_NVIDIA_SMI, help=argparse.SUPPRESS)
     parser.add_argument("--sim-fixtures", type=Path, default=DEFAULT_FIXTURES, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     return Options(args.out.absolute(), args.cache.absolute(), args.sim_nvidia_smi, args.sim_fixtures)

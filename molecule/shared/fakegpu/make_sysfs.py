@@ -35,9 +35,7 @@ ATTRIBUTES = (
 )
 
 
-def write_sysfs(
-    spec: dict[str, Any], root: Path, module_version: str | None = None, module: bool = True
-) -> None:
+def write_sysfs(spec: dict[str, Any], root: Path, module_version: str | None = None, module: bool = True) -> None:
     """Write the tree described by ``spec`` (a parsed sysfs.json) under ``root``.
 
     ``module_version`` overrides the JSON's nvidia_module_version (e.g. to fake a driver/library
