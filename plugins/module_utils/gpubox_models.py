@@ -105,6 +105,15 @@ CATALOG: dict[str, dict[str, Any]] = {
 }
 
 
+# What an inventory must give for a model the catalog does not carry (gpubox_model_config): the same
+# facts as a catalog entry. head_dim may be left out when it is hidden_size / num_attention_heads.
+INVENTORY_REQUIRED = (*CONFIG_FIELDS, "weights_bytes")
+INVENTORY_OPTIONAL = ("head_dim", "quantization", "source")
+# The dtypes the capacity planner knows (gpubox_capacity.DTYPE_BYTES).
+_DTYPES = ("bfloat16", "float16", "float32")
+_INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim") if k != "torch_dtype")
+
+
 class UnknownModelError(KeyError):
     """Raised for a gpubox_model_id that the catalog does not know."""
 
@@ -118,9 +127,61 @@ def catalog_model(model_id: str) -> dict[str, Any]:
         known = ", ".join(sorted(CATALOG))
         raise UnknownModelError(
             f"gpubox_model_id {model_id!r} is not in the capacity catalog (plugins/module_utils/"
-            f"gpubox_models.py); use one of: {known}, or add an entry with its config.json facts"
+            f"gpubox_models.py); use one of: {known}, add an entry with its config.json facts, or give "
+            "them in the inventory as gpubox_model_config"
         )
     return dict(CATALOG[model_id])
+
+
+def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
+    """Planner facts from the inventory variable gpubox_model_config (used instead of the catalog).
+
+    ``facts`` needs every key of INVENTORY_REQUIRED (config.json's values plus ``weights_bytes``, the
+    total size of the weight files); ``head_dim``, ``quantization`` and ``source`` are optional.
+    ValueError names gpubox_model_config and the key to fix.
+    """
+    name = "gpubox_model_config"
+    if not isinstance(facts, dict):
+        raise ValueError(
+            f"{name} must be a mapping of {model_id}'s config.json facts ({', '.join(INVENTORY_REQUIRED)}), "
+            f"got {type(facts).__name__}"
+        )
+    missing = [key for key in INVENTORY_REQUIRED if facts.get(key) is None]
+    if missing:
+        raise ValueError(
+            f"{name} lacks {', '.join(missing)}: copy them from {model_id}'s config.json (weights_bytes is "
+            "the total size of its weight files)"
+        )
+    unknown = sorted(set(facts) - set(INVENTORY_REQUIRED) - set(INVENTORY_OPTIONAL))
+    if unknown:
+        raise ValueError(
+            f"{name} has unknown keys {', '.join(unknown)}: use only "
+            f"{', '.join(INVENTORY_REQUIRED + INVENTORY_OPTIONAL)}"
+        )
+    bad = [
+        key
+        for key in _INT_FACTS
+        if facts.get(key) is not None
+        and (isinstance(facts[key], bool) or not isinstance(facts[key], int) or facts[key] <= 0)
+    ]
+    if bad:
+        raise ValueError(
+            f"{name}: {', '.join(f'{key}={facts[key]!r}' for key in bad)} must be positive integers "
+            f"(as in {model_id}'s config.json)"
+        )
+    if str(facts["torch_dtype"]).lower() not in _DTYPES:
+        raise ValueError(
+            f"{name}: torch_dtype must be one of {', '.join(_DTYPES)}, got {facts['torch_dtype']!r} "
+            f"(as in {model_id}'s config.json)"
+        )
+    model = dict(facts)
+    if not model.get("head_dim"):
+        model["head_dim"] = model["hidden_size"] // model["num_attention_heads"]
+    model.setdefault("quantization", None)
+    model["source"] = f"inventory gpubox_model_config for {model_id}" + (
+        f" ({facts['source']})" if facts.get("source") else ""
+    )
+    return model
 
 
 def _quantization(config: dict[str, Any]) -> str | None:
@@ -171,9 +232,7 @@ def config_mismatches(catalog_entry: dict[str, Any], config_json: dict[str, Any]
                 "in plugins/module_utils/gpubox_models.py or check gpubox_model_id/gpubox_model_revision"
             )
     head_dim = catalog_entry.get("head_dim")
-    real_head_dim = text.get("head_dim") or text.get("hidden_size", 0) // max(
-        1, text.get("num_attention_heads", 1)
-    )
+    real_head_dim = text.get("head_dim") or text.get("hidden_size", 0) // max(1, text.get("num_attention_heads", 1))
     if head_dim is not None and real_head_dim != head_dim:
         problems.append(f"head_dim: catalog has {head_dim!r}, config.json implies {real_head_dim!r}")
     return problems

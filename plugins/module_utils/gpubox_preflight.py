@@ -15,9 +15,10 @@ host keys (all optional; a missing one is reported, not raised):
   secure_boot                          bool, what nvidia_driver's validate.yml recorded
 
 config keys: the gpubox_* inventory variables (INVENTORY_NAMES in gpubox_capacity plus gpubox_port,
-gpubox_served_model_name), model_store_root, api_key_set (bool), preflight_ram_factor,
-preflight_disk_headroom_bytes, preflight_supported_os (["Ubuntu 22.04", "Debian 12"]),
-secure_boot_warning (the distro's note when Secure Boot needs action, or empty).
+gpubox_served_model_name, and gpubox_model_config: the config.json facts of a model that is not in
+the catalog, used instead of the catalog entry; see gpubox_models.inventory_model), model_store_root,
+api_key_set (bool), preflight_ram_factor, preflight_disk_headroom_bytes, preflight_supported_os
+(["Ubuntu 22.04", "Debian 12"]), secure_boot_warning (the distro's note when Secure Boot needs action, or empty).
 
 Imported by path (the filter plugin puts this directory on sys.path), like gpubox_capacity.
 """
@@ -189,9 +190,7 @@ def _check_port_and_name(config: dict[str, Any], report: _Report) -> None:
     port = config.get("gpubox_port")
     if port is not None:
         if not _is_int(port) or not 1 <= port <= 65535:
-            report.errors.append(
-                f"gpubox_port must be an integer in 1-65535, got {port!r}: vLLM's default is 8000"
-            )
+            report.errors.append(f"gpubox_port must be an integer in 1-65535, got {port!r}: vLLM's default is 8000")
         elif port < PRIVILEGED_PORTS_BELOW:
             report.warnings.append(
                 f"gpubox_port is {port} (< {PRIVILEGED_PORTS_BELOW}): vLLM runs as an unprivileged system "
@@ -317,9 +316,14 @@ def _model_facts(config: dict[str, Any], report: _Report) -> dict[str, Any] | No
     if not isinstance(model_id, str):
         report.errors.append(f"gpubox_model_id must be a ModelScope id string, got {model_id!r}")
         return None
+    override = config.get("gpubox_model_config")
     try:
-        model = gpubox_models.catalog_model(model_id)
-    except gpubox_models.UnknownModelError as exc:
+        if override is not None:
+            # A model the catalog does not carry: the inventory gives its config.json facts.
+            model = gpubox_models.inventory_model(model_id, override)
+        else:
+            model = gpubox_models.catalog_model(model_id)
+    except (gpubox_models.UnknownModelError, ValueError) as exc:
         report.errors.append(str(exc))
         return None
     if config.get("gpubox_model_dtype"):
@@ -463,9 +467,7 @@ def _table(config: dict[str, Any], report: _Report, plan: dict | None) -> str:
     if plan is not None:
         for label, key, fmt in _PLAN_ROWS:
             lines.append(f"{'plan: ' + label:<24} {fmt.format(plan[key]):<58} -")
-        lines.append(
-            f"{'plan: fits':<24} {'yes' if plan['fits'] else 'no':<58} {'ok' if plan['fits'] else 'FAIL'}"
-        )
+        lines.append(f"{'plan: fits':<24} {'yes' if plan['fits'] else 'no':<58} {'ok' if plan['fits'] else 'FAIL'}")
     lines.append(f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)")
     return "\n".join(lines)
 

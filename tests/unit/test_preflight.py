@@ -37,9 +37,7 @@ def _load_by_path(name: str, path: Path) -> Any:
     return module
 
 
-make_sysfs = _load_by_path(
-    "make_sysfs_under_test", ROOT / "molecule" / "shared" / "fakegpu" / "make_sysfs.py"
-)
+make_sysfs = _load_by_path("make_sysfs_under_test", ROOT / "molecule" / "shared" / "fakegpu" / "make_sysfs.py")
 
 
 @functools.cache
@@ -142,10 +140,7 @@ def test_model_already_on_disk_needs_only_the_headroom() -> None:
     host = healthy_host("gpu_2x3090") | {"disk_free_bytes": 11 * GIB, "model_bytes_present": 29_540_067_328}
     assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] == []
     host["model_bytes_present"] = 0
-    assert any(
-        "model_store_root" in e
-        for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"]
-    )
+    assert any("model_store_root" in e for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"])
 
 
 # --- the bad-inputs suite -----------------------------------------------------------------------
@@ -310,12 +305,8 @@ BAD_CASES: list[tuple[str, str, Mutation, str]] = [
 ]
 
 
-@pytest.mark.parametrize(
-    ("group", "mutate", "variable"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES]
-)
-def test_bad_input_is_refused_naming_the_variable(
-    group: str, mutate: Mutation, variable: str, tmp_path: Path
-) -> None:
+@pytest.mark.parametrize(("group", "mutate", "variable"), [c[1:] for c in BAD_CASES], ids=[c[0] for c in BAD_CASES])
+def test_bad_input_is_refused_naming_the_variable(group: str, mutate: Mutation, variable: str, tmp_path: Path) -> None:
     host, config = healthy_host(group), group_config(group)
     mutate(host, config, tmp_path)
     result = gpubox_preflight.preflight(host, config)
@@ -345,9 +336,7 @@ def test_all_errors_are_reported_at_once_not_only_the_first() -> None:
 
 def test_ram_error_states_the_ram_found_and_needed() -> None:
     host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024}
-    (error,) = [
-        e for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] if "RAM" in e
-    ]
+    (error,) = [e for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] if "RAM" in e]
     assert "16.0 GiB" in error
     assert "55.0 GiB" in error  # 2.0 x 29,540,067,328 B of Qwen2.5-14B weights
 
@@ -398,9 +387,7 @@ WARN_CASES: list[tuple[str, Mutation, list[str]]] = [
 
 
 @pytest.mark.parametrize(("mutate", "expected"), [c[1:] for c in WARN_CASES], ids=[c[0] for c in WARN_CASES])
-def test_thin_or_slow_setups_warn_without_error(
-    mutate: Mutation, expected: list[str], tmp_path: Path
-) -> None:
+def test_thin_or_slow_setups_warn_without_error(mutate: Mutation, expected: list[str], tmp_path: Path) -> None:
     host, config = healthy_host("gpu_2x3090"), group_config("gpu_2x3090")
     mutate(host, config, tmp_path)
     result = gpubox_preflight.preflight(host, config)
@@ -434,9 +421,7 @@ def test_table_shows_checks_and_plan() -> None:
 
 
 def test_filter_plugin_exposes_gpubox_preflight() -> None:
-    module = _load_by_path(
-        "gpubox_preflight_filter_under_test", ROOT / "plugins" / "filter" / "gpubox_preflight.py"
-    )
+    module = _load_by_path("gpubox_preflight_filter_under_test", ROOT / "plugins" / "filter" / "gpubox_preflight.py")
     filters = module.FilterModule().filters()
     result = filters["gpubox_preflight"](healthy_host("gpu_2x3090"), group_config("gpu_2x3090"))
     assert result["errors"] == []
@@ -452,9 +437,7 @@ def test_role_defaults_and_argument_specs_declare_the_same_variables() -> None:
 def test_role_supported_os_default_matches_its_vars_files() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     vars_files = {p.stem for p in (ROLE / "vars").glob("*.yml")}
-    assert {
-        entry.replace(" ", "-").split(".")[0] for entry in defaults["preflight_supported_os"]
-    } == vars_files
+    assert {entry.replace(" ", "-").split(".")[0] for entry in defaults["preflight_supported_os"]} == vars_files
 
 
 def test_every_role_task_is_tagged_always_and_changes_nothing() -> None:
@@ -482,3 +465,83 @@ def test_fixture_facts_are_fresh_copies() -> None:
     first = smi_fact("rtx4090x4")
     first["gpus"].pop()
     assert len(smi_fact("rtx4090x4")["gpus"]) == 4
+
+
+# --- a model outside the catalog: gpubox_model_config -------------------------------------------
+
+SIM_CPU_ENGINE_VARS = ROOT / "molecule" / "shared" / "group_vars" / "gpubox_sim_cpu_engine.yml"
+
+
+def sim_cpu_engine_config() -> dict:
+    """gpu_2x3090 plus the gpubox_* variables of the serving scenario's tiny model (as Ansible merges them)."""
+    test_vars = yaml.safe_load(SIM_CPU_ENGINE_VARS.read_text())
+    return group_config("gpu_2x3090") | {k: v for k, v in test_vars.items() if k.startswith("gpubox_")}
+
+
+def test_serving_scenario_plans_its_tiny_model_from_the_inventory() -> None:
+    config = sim_cpu_engine_config()
+    assert config["gpubox_model_id"] not in gpubox_preflight.gpubox_models.CATALOG
+    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    assert result["errors"] == []
+    assert result["plan"]["fits"] is True
+    assert result["plan"]["weights_gib_per_gpu"] == pytest.approx(2_628_800 / GIB, rel=0.01)
+    without = {k: v for k, v in config.items() if k != "gpubox_model_config"}
+    errors = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), without)["errors"]
+    assert any("not in the capacity catalog" in e and "gpubox_model_config" in e for e in errors)
+
+
+def test_model_config_replaces_the_catalog_entry() -> None:
+    # Same id as a catalog model, but the inventory's facts win: 8x the weights no longer fit 2 x 24 GiB.
+    entry = dict(gpubox_preflight.gpubox_models.CATALOG["Qwen/Qwen2.5-14B-Instruct"])
+    entry["weights_bytes"] *= 8
+    config = group_config("gpu_2x3090") | {"gpubox_model_config": entry}
+    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    assert result["plan"]["fits"] is False
+    assert any("RAM" in e for e in result["errors"])
+
+
+@pytest.mark.parametrize(
+    ("change", "expected"),
+    [
+        ({"vocab_size": None}, "gpubox_model_config lacks vocab_size"),
+        ({"weights_bytes": None, "torch_dtype": None}, "lacks torch_dtype, weights_bytes"),
+        ({"hidden_size": 0}, "hidden_size=0 must be positive integers"),
+        ({"num_hidden_layers": "2"}, "num_hidden_layers='2'"),
+        ({"num_attention_heads": True}, "num_attention_heads=True"),
+        ({"layers": 2}, "unknown keys layers"),
+        ({"torch_dtype": "int3"}, "torch_dtype must be one of bfloat16"),
+    ],
+    ids=["missing", "two-missing", "zero", "string", "bool", "unknown-key", "bad-dtype"],
+)
+def test_bad_model_config_is_refused_naming_the_key(change: dict, expected: str) -> None:
+    facts = dict(sim_cpu_engine_config()["gpubox_model_config"])
+    for key, value in change.items():
+        if value is None:
+            facts.pop(key)
+        else:
+            facts[key] = value
+    config = sim_cpu_engine_config() | {"gpubox_model_config": facts}
+    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    assert result["plan"] is None or result["plan"]["fits"] is False
+    assert any(expected in e for e in result["errors"]), result["errors"]
+
+
+def test_model_config_must_be_a_mapping() -> None:
+    config = sim_cpu_engine_config() | {"gpubox_model_config": ["num_hidden_layers", 2]}
+    errors = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)["errors"]
+    assert any("gpubox_model_config must be a mapping" in e for e in errors)
+
+
+def test_tiny_model_facts_match_the_generated_model(tmp_path: Path) -> None:
+    """The group_vars' facts are what make_tiny_model.py writes (config.json and weight file size)."""
+    import subprocess
+
+    subprocess.run(
+        [sys.executable, str(ROOT / "molecule" / "shared" / "hub" / "make_tiny_model.py"), str(tmp_path / "m")],
+        check=True,
+        capture_output=True,
+    )
+    facts = sim_cpu_engine_config()["gpubox_model_config"]
+    config_json = json.loads((tmp_path / "m" / "config.json").read_text())
+    assert gpubox_preflight.gpubox_models.config_mismatches(facts, config_json) == []
+    assert facts["weights_bytes"] == (tmp_path / "m" / "model.safetensors").stat().st_size
