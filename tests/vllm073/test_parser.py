@@ -71,6 +71,13 @@ def vllm_python() -> Path:
     )  # fmt: skip
     print(f"vllm 0.7.3 stack installed in {time.monotonic() - started:.0f} s into {VENV}")
     report = _pins_report(python)
+    if report["broken_scripts"]:  # the same repair as roles/python_env/tasks/packages.yml
+        subprocess.run(
+            [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet",
+             "--force-reinstall", "--no-deps", *report["broken_scripts"]],
+            check=True,
+        )  # fmt: skip
+        report = _pins_report(python)
     assert report["satisfied"], f"the pins did not install as written: {report}"
     return python
 
@@ -84,7 +91,17 @@ def test_installed_versions_match_the_pins(vllm_python: Path) -> None:
     assert versions["vllm"] == "0.7.3"
     assert versions["torch"] == "2.5.1"
     assert versions["xformers"] == "0.0.28.post3"
-    assert versions["modelscope"] == "1.23.0"
+    assert versions["modelscope"] == "1.40.2"
+    assert versions["modelscope-hub"] == "0.5.1"
+
+
+def test_modelscope_cli_runs_beside_vllm(vllm_python: Path) -> None:
+    # model_store runs this environment's `modelscope` CLI; its deps must load beside vLLM's pins.
+    cli = vllm_python.parent / "modelscope"
+    result = subprocess.run([str(cli), "download", "--help"], capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "--revision" in result.stdout
+    assert "LOCAL_DIR" in result.stdout
 
 
 def test_transformers_sees_torch(vllm_python: Path) -> None:

@@ -5,6 +5,9 @@ Run with the environment's own interpreter (stdlib only, Python >= 3.8). Prints 
   missing       required distributions that are not installed
   mismatched    installed distributions whose version differs from an exact (==) pin
   to_remove     installed distributions listed with --remove
+  broken_scripts  "name==version" of pinned distributions whose console scripts are missing (an upgrade
+                that moves a script between distributions, e.g. modelscope 1.23 -> 1.40 handing
+                `modelscope` to modelscope-hub, deletes it when pip uninstalls the old one last)
   versions      installed version of every pinned or required distribution
 Requirement lines must be installed; constraint lines only bind what is installed (pip semantics).
 """
@@ -14,8 +17,10 @@ from __future__ import annotations
 import argparse
 import importlib.metadata as metadata
 import json
+import os
 import re
 import sys
+import sysconfig
 
 _NAME = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(\[[^\]]*\])?\s*(.*)$")
 
@@ -69,6 +74,20 @@ def installed_versions() -> dict[str, str]:
     return found
 
 
+def missing_scripts(names: set[str]) -> list[str]:
+    """name==version of the installed distributions in ``names`` with a console script not on disk."""
+    scripts = sysconfig.get_path("scripts")
+    broken = set()
+    for dist in metadata.distributions():
+        name = dist.metadata["Name"]
+        if not name or canonical(name) not in names:
+            continue
+        for entry in dist.entry_points:
+            if entry.group == "console_scripts" and not os.path.exists(os.path.join(scripts, entry.name)):
+                broken.add(f"{canonical(name)}=={dist.version}")
+    return sorted(broken)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requirements", action="append", default=[])
@@ -92,8 +111,10 @@ def main() -> int:
             mismatched.append(f"{name} {installed[name]} (pinned {pin})")
     to_remove = sorted(canonical(name) for name in args.remove if canonical(name) in installed)
     pinned_installed = (set(required) | set(constrained)) & set(installed)
+    broken = missing_scripts(pinned_installed)
     report = {
-        "satisfied": not missing and not mismatched,
+        "satisfied": not missing and not mismatched and not broken,
+        "broken_scripts": broken,
         "missing": missing,
         "mismatched": mismatched,
         "to_remove": to_remove,
