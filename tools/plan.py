@@ -54,22 +54,8 @@ def load_group_vars(group: str, group_vars: Path = GROUP_VARS) -> dict[str, Any]
 
 def planner_inputs(hostvars: dict[str, Any]) -> tuple[dict, dict, dict]:
     """Map inventory variables to plan() inputs (the one mapping lives in INVENTORY_NAMES)."""
-    model = gpubox_models.catalog_model(hostvars["gpubox_model_id"])
-    if hostvars.get("gpubox_model_dtype"):
-        model["torch_dtype"] = hostvars["gpubox_model_dtype"]
-    if "gpubox_model_quantization" in hostvars:
-        model["quantization"] = hostvars["gpubox_model_quantization"]
-    gpu = {
-        "name": hostvars.get("gpubox_gpu_name"),
-        "memory_total_mib": hostvars.get("gpubox_gpu_memory_mib"),
-        "count": hostvars.get("gpubox_gpu_count"),
-    }
-    serving = {
-        key.split(".", 1)[1]: hostvars.get(name)
-        for key, name in gpubox_capacity.INVENTORY_NAMES.items()
-        if key.startswith("serving.")
-    }
-    return model, gpu, serving
+    gpu, serving = gpubox_capacity.inventory_inputs(hostvars)
+    return gpubox_models.planned_model(hostvars), gpu, serving
 
 
 def main(argv: list[str] | None = None) -> int:

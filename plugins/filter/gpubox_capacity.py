@@ -36,6 +36,15 @@ def gpubox_catalog_model(model_id: str) -> dict:
         raise AnsibleFilterError(str(exc)) from exc
 
 
+def gpubox_config_mismatches(config_json: dict, model_id: str, model_config: dict | None = None) -> list[str]:
+    """Where a downloaded config.json disagrees with the facts preflight planned from (empty: agrees)."""
+    try:
+        expected = gpubox_models.expected_model(model_id, model_config)
+    except (gpubox_models.UnknownModelError, ValueError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+    return gpubox_models.config_mismatches(expected, config_json)
+
+
 _ROWS = (
     ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
     ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
@@ -70,4 +79,5 @@ class FilterModule:
             "gpubox_plan": gpubox_plan,
             "gpubox_catalog_model": gpubox_catalog_model,
             "gpubox_plan_table": gpubox_plan_table,
+            "gpubox_config_mismatches": gpubox_config_mismatches,
         }

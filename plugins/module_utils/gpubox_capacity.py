@@ -180,6 +180,21 @@ class _Collector:
         return value
 
 
+def inventory_inputs(inventory: dict[str, Any]) -> tuple[dict, dict]:
+    """The gpu and serving inputs of plan() from the inventory's gpubox_* variables (INVENTORY_NAMES).
+
+    Variables left out take vLLM's or gpubox's defaults (pipeline 1, kv cache dtype auto, no eager).
+    """
+    gpu = {key.split(".", 1)[1]: inventory.get(name) for key, name in INVENTORY_NAMES.items() if key.startswith("gpu.")}
+    serving = {
+        key.split(".", 1)[1]: inventory.get(name) for key, name in INVENTORY_NAMES.items() if key.startswith("serving.")
+    }
+    for key, default in (("pipeline_parallel_size", 1), ("kv_cache_dtype", "auto"), ("enforce_eager", False)):
+        if serving.get(key) is None:
+            serving[key] = default
+    return gpu, serving
+
+
 def _positive_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and value > 0
 

@@ -184,6 +184,24 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
     return model
 
 
+def expected_model(model_id: str, model_config: Any = None) -> dict[str, Any]:
+    """The model facts gpubox plans from: gpubox_model_config when the inventory gives it, else the
+    catalog entry. Raises UnknownModelError or ValueError naming the variable to fix."""
+    if model_config is not None:
+        return inventory_model(model_id, model_config)
+    return catalog_model(model_id)
+
+
+def planned_model(inventory: dict[str, Any]) -> dict[str, Any]:
+    """expected_model() with the serving dtype and quantization the inventory asks for."""
+    model = expected_model(inventory["gpubox_model_id"], inventory.get("gpubox_model_config"))
+    if inventory.get("gpubox_model_dtype"):
+        model["torch_dtype"] = inventory["gpubox_model_dtype"]
+    if "gpubox_model_quantization" in inventory:
+        model["quantization"] = inventory["gpubox_model_quantization"]
+    return model
+
+
 def _quantization(config: dict[str, Any]) -> str | None:
     qcfg = config.get("quantization_config")
     if not isinstance(qcfg, dict):

@@ -316,45 +316,16 @@ def _model_facts(config: dict[str, Any], report: _Report) -> dict[str, Any] | No
     if not isinstance(model_id, str):
         report.errors.append(f"gpubox_model_id must be a ModelScope id string, got {model_id!r}")
         return None
-    override = config.get("gpubox_model_config")
     try:
-        if override is not None:
-            # A model the catalog does not carry: the inventory gives its config.json facts.
-            model = gpubox_models.inventory_model(model_id, override)
-        else:
-            model = gpubox_models.catalog_model(model_id)
+        # The catalog entry, or gpubox_model_config for a model the catalog does not carry.
+        return gpubox_models.planned_model(config)
     except (gpubox_models.UnknownModelError, ValueError) as exc:
         report.errors.append(str(exc))
         return None
-    if config.get("gpubox_model_dtype"):
-        model["torch_dtype"] = config["gpubox_model_dtype"]
-    if "gpubox_model_quantization" in config:
-        model["quantization"] = config["gpubox_model_quantization"]
-    return model
-
-
-def _planner_inputs(config: dict[str, Any]) -> tuple[dict, dict]:
-    gpu = {
-        "name": config.get("gpubox_gpu_name"),
-        "memory_total_mib": config.get("gpubox_gpu_memory_mib"),
-        "count": config.get("gpubox_gpu_count"),
-    }
-    serving = {
-        key.split(".", 1)[1]: config.get(name)
-        for key, name in gpubox_capacity.INVENTORY_NAMES.items()
-        if key.startswith("serving.")
-    }
-    if serving.get("pipeline_parallel_size") is None:
-        serving["pipeline_parallel_size"] = 1
-    if serving.get("kv_cache_dtype") is None:
-        serving["kv_cache_dtype"] = "auto"
-    if serving.get("enforce_eager") is None:
-        serving["enforce_eager"] = False
-    return gpu, serving
 
 
 def _check_plan(config: dict[str, Any], model: dict[str, Any] | None, report: _Report) -> dict | None:
-    gpu, serving = _planner_inputs(config)
+    gpu, serving = gpubox_capacity.inventory_inputs(config)
     if model is not None:
         result = gpubox_capacity.plan(model, gpu, serving)
         report.errors.extend(result["errors"])

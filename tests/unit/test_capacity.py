@@ -328,13 +328,28 @@ def test_model_from_config_json_round_trips_into_the_planner() -> None:
 
 def test_filter_plugin_exposes_filters_and_table() -> None:
     filters = _load_filter().FilterModule().filters()
-    assert set(filters) == {"gpubox_plan", "gpubox_catalog_model", "gpubox_plan_table"}
+    assert set(filters) == {"gpubox_plan", "gpubox_catalog_model", "gpubox_plan_table", "gpubox_config_mismatches"}
     model = filters["gpubox_catalog_model"]("Qwen/Qwen2.5-14B-Instruct")
     result = filters["gpubox_plan"](model, gpu_3090(), serving())
     table = filters["gpubox_plan_table"](result)
     assert "KV tokens" in table and str(result["kv_tokens"]) in table
     with pytest.raises(Exception, match="gpubox_model_id"):
         filters["gpubox_catalog_model"]("nope/nope")
+
+
+def test_config_mismatches_filter_uses_catalog_or_inventory_facts() -> None:
+    check = _load_filter().FilterModule().filters()["gpubox_config_mismatches"]
+    entry = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    config = {k: entry[k] for k in gpubox_models.CONFIG_FIELDS}
+    assert check(config, "Qwen/Qwen2.5-14B-Instruct") == []
+    wrong = {**config, "num_hidden_layers": 64}
+    assert any("num_hidden_layers" in line for line in check(wrong, "Qwen/Qwen2.5-14B-Instruct"))
+    # a model outside the catalog is checked against the inventory's gpubox_model_config
+    own = {**config, "weights_bytes": 1}
+    assert check(config, "someone/own-model", own) == []
+    assert check(wrong, "someone/own-model", own)
+    with pytest.raises(Exception, match="gpubox_model_id"):
+        check(config, "someone/own-model")
 
 
 def test_plan_tool_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
