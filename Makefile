@@ -9,7 +9,7 @@ export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
-SCENARIOS ?= default topology_4x4090 refusals serving
+SCENARIOS ?= default topology_4x4090 refusals serving python_env_conda
 JOBS ?= 2
 GROUP ?= gpu_2x3090
 
