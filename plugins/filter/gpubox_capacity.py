@@ -36,13 +36,17 @@ def gpubox_catalog_model(model_id: str) -> dict:
         raise AnsibleFilterError(str(exc)) from exc
 
 
-def gpubox_config_mismatches(config_json: dict, model_id: str, model_config: dict | None = None) -> list[str]:
-    """Where a downloaded config.json disagrees with the facts preflight planned from (empty: agrees)."""
+def gpubox_expected_model(model_id: str, model_config: dict | None = None) -> dict:
+    """The model facts preflight plans from: gpubox_model_config when given, else the catalog entry."""
     try:
-        expected = gpubox_models.expected_model(model_id, model_config)
+        return gpubox_models.expected_model(model_id, model_config)
     except (gpubox_models.UnknownModelError, ValueError) as exc:
         raise AnsibleFilterError(str(exc)) from exc
-    return gpubox_models.config_mismatches(expected, config_json)
+
+
+def gpubox_config_mismatches(config_json: dict, model_id: str, model_config: dict | None = None) -> list[str]:
+    """Where a downloaded config.json disagrees with the facts preflight planned from (empty: agrees)."""
+    return gpubox_models.config_mismatches(gpubox_expected_model(model_id, model_config), config_json)
 
 
 _ROWS = (
@@ -80,4 +84,5 @@ class FilterModule:
             "gpubox_catalog_model": gpubox_catalog_model,
             "gpubox_plan_table": gpubox_plan_table,
             "gpubox_config_mismatches": gpubox_config_mismatches,
+            "gpubox_expected_model": gpubox_expected_model,
         }

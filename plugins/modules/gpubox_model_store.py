@@ -75,6 +75,11 @@ options:
   ca_bundle:
     description: PEM file of CAs to trust for the endpoint (a private mirror).
     type: path
+  expected_config:
+    description:
+      - The config.json facts the model must have (the capacity catalog's entry or the inventory's
+        gpubox_model_config). A download whose config.json disagrees fails before it is published.
+    type: dict
 attributes:
   check_mode:
     support: full
@@ -144,6 +149,7 @@ removed_versions:
 
 import contextlib  # noqa: E402
 import fcntl  # noqa: E402
+import json  # noqa: E402
 import os  # noqa: E402
 import re  # noqa: E402
 import signal  # noqa: E402
@@ -155,6 +161,7 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
+from ansible.module_utils.gpubox_models import config_mismatches  # noqa: E402
 from ansible.module_utils.gpubox_modelstore import (  # noqa: E402
     FileProblem,
     IntegrityError,
@@ -205,6 +212,9 @@ class StoreRequest:
     keep_versions: int = 2
     reserve_bytes: int = 0
     ca_bundle: str | None = None
+    # The config.json facts preflight planned from (catalog entry or gpubox_model_config); a download
+    # whose config.json disagrees is never published.
+    expected_config: dict[str, Any] | None = None
     check_mode: bool = False
 
     @property
@@ -395,6 +405,23 @@ def _seed_from(live: Path, staging: Path, listing: Listing, bad: set[str]) -> No
             return  # not possible here (e.g. another filesystem): the client fetches everything
 
 
+def _check_config(req: StoreRequest, staging: Path, listing: Listing) -> None:
+    """Refuse to publish a model whose config.json is not the model preflight planned the memory for."""
+    if req.expected_config is None:
+        return
+    try:
+        config = json.loads((staging / "config.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelStoreError(f"{req.model_id}@{listing.commit} has no readable config.json ({exc})") from exc
+    problems = config_mismatches(req.expected_config, config)
+    if problems:
+        raise ModelStoreError(
+            f"{req.model_id}@{listing.commit} is not the model preflight planned from (gpubox_model_id / "
+            f"gpubox_model_config): {'; '.join(problems)}. Nothing was published; the live path is unchanged. "
+            "Fix: correct the catalog entry or gpubox_model_config, or pin gpubox_model_revision."
+        )
+
+
 def run_model_store(req: StoreRequest, free: Callable[[Path], int] = free_bytes) -> StoreResult:
     """The module's work, without Ansible: raises ModelStoreError on any failure."""
     started = time.monotonic()
@@ -521,6 +548,7 @@ def _converge(
             f"modelscope exited {rc}; its log is {log_path}; its errors:\n{client_errors(log_path)}",
             problems,
         )
+    _check_config(req, staging, listing)
     remove_extras(staging, listing.files)  # client leftovers: the published dir holds exactly the listing
     progress.phase = "publishing"
     write_progress(progress_path, progress)
@@ -556,6 +584,7 @@ def main() -> None:
             keep_versions=dict(type="int", default=2),
             reserve_bytes=dict(type="int", default=0),
             ca_bundle=dict(type="path"),
+            expected_config=dict(type="dict"),
         ),
         supports_check_mode=True,
     )
@@ -578,6 +607,7 @@ def main() -> None:
         keep_versions=p["keep_versions"],
         reserve_bytes=p["reserve_bytes"],
         ca_bundle=p["ca_bundle"],
+        expected_config=p["expected_config"],
         check_mode=module.check_mode,
     )
     try:

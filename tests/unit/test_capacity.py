@@ -328,7 +328,13 @@ def test_model_from_config_json_round_trips_into_the_planner() -> None:
 
 def test_filter_plugin_exposes_filters_and_table() -> None:
     filters = _load_filter().FilterModule().filters()
-    assert set(filters) == {"gpubox_plan", "gpubox_catalog_model", "gpubox_plan_table", "gpubox_config_mismatches"}
+    assert set(filters) == {
+        "gpubox_plan",
+        "gpubox_catalog_model",
+        "gpubox_plan_table",
+        "gpubox_config_mismatches",
+        "gpubox_expected_model",
+    }
     model = filters["gpubox_catalog_model"]("Qwen/Qwen2.5-14B-Instruct")
     result = filters["gpubox_plan"](model, gpu_3090(), serving())
     table = filters["gpubox_plan_table"](result)

@@ -356,6 +356,27 @@ def test_verifier_refetches_a_file_the_client_accepted(hub_a: Hub, client_venv: 
     same_content(root / "Tiny-Instruct", models["a"])
 
 
+def test_model_that_is_not_the_planned_one_is_never_published(
+    hub_a: Hub, client_venv: Path, models, tmp_path: Path
+) -> None:
+    planned = sys.modules["ansible.module_utils.gpubox_models"]
+    config = json.loads((models["a"] / "config.json").read_text())
+    expected = planned.model_from_config_json(config, 1)
+    root = tmp_path / "models"
+    # the config.json agrees with the facts preflight planned from: published
+    ok = store.run_model_store(request_for(hub_a, root, client_venv, expected_config=expected))
+    assert ok.changed and (root / "Tiny-Instruct").is_symlink()
+    # another model's facts (one more layer): refused before publishing, the live link untouched
+    other = {**expected, "num_hidden_layers": expected["num_hidden_layers"] + 1}
+    root2 = tmp_path / "models2"
+    with pytest.raises(lib.ModelStoreError, match="num_hidden_layers") as err:
+        store.run_model_store(request_for(hub_a, root2, client_venv, expected_config=other))
+    assert "gpubox_model_config" in str(err.value)
+    assert not (root2 / "Tiny-Instruct").exists()
+    versions = root2 / ".versions"
+    assert not versions.exists() or not any(versions.iterdir())
+
+
 def test_disk_space_shortfall_is_refused_before_downloading(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
     root = tmp_path / "models"
     free = lib.free_bytes(tmp_path)
