@@ -23,7 +23,9 @@ $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.lock
 	touch $@
 
+# The venv sees this checkout's collection (ansible_collections.gpubox.gpubox) through a .pth file.
 venv: $(VENV)/.stamp
+	@echo "$(abspath collections)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpubox-collection.pth"
 
 lock: ## re-resolve the tooling pins from pyproject.toml into requirements-dev.lock
 	rm -rf .lockvenv && python3 -m venv .lockvenv

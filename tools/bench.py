@@ -21,10 +21,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_DIR = ROOT / "tests" / "data" / "calibration"
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-import gpubox_capacity  # noqa: E402
-import gpubox_models  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 
 GIB = 1024**3
 # logged key -> planner key
@@ -51,7 +50,7 @@ def case_inputs(case: dict[str, Any]) -> tuple[dict, dict, dict]:
     spec = case["model"]
     serving = dict(case["serving"])
     tp_pp = serving["tensor_parallel_size"] * serving["pipeline_parallel_size"]
-    model = gpubox_models.catalog_model(spec["catalog_id"]) if "catalog_id" in spec else dict(spec["config"])
+    model = model_catalog.catalog_model(spec["catalog_id"]) if "catalog_id" in spec else dict(spec["config"])
     for key in ("max_position_embeddings", "quantization"):
         if key in spec:
             model[key] = spec[key]
@@ -69,7 +68,7 @@ def case_inputs(case: dict[str, Any]) -> tuple[dict, dict, dict]:
 
 def compare_case(case: dict[str, Any]) -> dict[str, Any]:
     """Predicted vs logged for the fields the case marks comparable."""
-    predicted = gpubox_capacity.plan(*case_inputs(case))
+    predicted = capacity_planner.plan(*case_inputs(case))
     rows = {}
     for field in case.get("compare", []):
         logged = case["logged"][field]
@@ -86,7 +85,7 @@ def kv_relative_error(result: dict[str, Any]) -> float | None:
 
 
 def time_plan(repeat: int = 2000) -> float:
-    model = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
     gpu = {"name": "NVIDIA GeForce RTX 3090", "count": 2, "memory_total_mib": 24576}
     serving = {
         "tensor_parallel_size": 2,
@@ -97,7 +96,7 @@ def time_plan(repeat: int = 2000) -> float:
     }
     start = time.perf_counter()
     for _ in range(repeat):
-        gpubox_capacity.plan(model, gpu, serving)
+        capacity_planner.plan(model, gpu, serving)
     return (time.perf_counter() - start) / repeat
 
 

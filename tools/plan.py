@@ -19,10 +19,9 @@ from typing import Any
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-import gpubox_capacity  # noqa: E402
-import gpubox_models  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 
 
 def load_filter_plugin() -> Any:
@@ -54,8 +53,8 @@ def load_group_vars(group: str, group_vars: Path = GROUP_VARS) -> dict[str, Any]
 
 def planner_inputs(hostvars: dict[str, Any]) -> tuple[dict, dict, dict]:
     """Map inventory variables to plan() inputs (the one mapping lives in INVENTORY_NAMES)."""
-    gpu, serving = gpubox_capacity.inventory_inputs(hostvars)
-    return gpubox_models.planned_model(hostvars), gpu, serving
+    gpu, serving = capacity_planner.inventory_inputs(hostvars)
+    return model_catalog.planned_model(hostvars), gpu, serving
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -65,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         hostvars = load_group_vars(args.group)
         model, gpu, serving = planner_inputs(hostvars)
-    except gpubox_models.UnknownModelError as exc:
+    except model_catalog.UnknownModelError as exc:
         print(f"ERROR: {exc}", file=sys.stderr)
         return 1
     except SystemExit as exc:

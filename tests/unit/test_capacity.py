@@ -11,12 +11,11 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
-sys.path.insert(0, str(ROOT / "tools"))
 
 import bench  # noqa: E402
-import gpubox_capacity  # noqa: E402
-import gpubox_models  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 import plan as plan_tool  # noqa: E402
 
 GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"
@@ -25,12 +24,7 @@ GIB = 1024**3
 
 
 def _load_filter():
-    spec = importlib.util.spec_from_file_location(
-        "gpubox_capacity_filter_under_test", ROOT / "plugins" / "filter" / "gpubox_capacity.py"
-    )
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return gpubox_filters
 
 
 def profile(group: str) -> tuple[dict, dict, dict]:
@@ -62,7 +56,7 @@ def gpu_3090(count: int = 2) -> dict:
 
 @pytest.mark.parametrize("group", ["gpu_2x3090", "gpu_4x4090"])
 def test_shipped_profiles_fit_without_errors(group: str) -> None:
-    result = gpubox_capacity.plan(*profile(group))
+    result = capacity_planner.plan(*profile(group))
     assert result["errors"] == []
     assert result["fits"] is True
     hostvars = plan_tool.load_group_vars(group)
@@ -76,7 +70,7 @@ def test_every_topology_group_file_is_planned() -> None:
 
 
 def test_2x3090_numbers_follow_the_kv_formula() -> None:
-    result = gpubox_capacity.plan(*profile("gpu_2x3090"))
+    result = capacity_planner.plan(*profile("gpu_2x3090"))
     # 2 x 48 layers x (8 kv heads / tp 2) x 128 x 2 bytes (bf16)
     assert result["kv_bytes_per_token_per_gpu"] == 2 * 48 * 4 * 128 * 2
     assert result["weights_gib_per_gpu"] == pytest.approx(29_540_067_328 / 2 / GIB)
@@ -88,22 +82,22 @@ def test_2x3090_numbers_follow_the_kv_formula() -> None:
 
 
 def test_14b_bf16_does_not_fit_one_3090() -> None:
-    model = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
-    result = gpubox_capacity.plan(model, gpu_3090(1), serving(tensor_parallel_size=1))
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    result = capacity_planner.plan(model, gpu_3090(1), serving(tensor_parallel_size=1))
     assert result["fits"] is False
     assert any("weights" in e and "gpubox_tensor_parallel_size" in e for e in result["errors"])
 
 
 def test_32b_bf16_does_not_fit_2x3090() -> None:
-    model = gpubox_models.catalog_model("Qwen/Qwen2.5-32B-Instruct")
-    result = gpubox_capacity.plan(model, gpu_3090(2), serving())
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-32B-Instruct")
+    result = capacity_planner.plan(model, gpu_3090(2), serving())
     assert result["fits"] is False
     assert result["weights_gib_per_gpu"] > result["budget_gib_per_gpu"]
 
 
 def test_too_long_context_for_the_cache_is_refused() -> None:
-    model = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
-    result = gpubox_capacity.plan(model, gpu_3090(2), serving(gpu_memory_utilization=0.64))
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    result = capacity_planner.plan(model, gpu_3090(2), serving(gpu_memory_utilization=0.64))
     assert result["fits"] is False
     assert any("gpubox_max_model_len" in e and "KV cache" in e for e in result["errors"])
 
@@ -134,27 +128,27 @@ def test_too_long_context_for_the_cache_is_refused() -> None:
     ],
 )
 def test_each_validation_error_names_its_variable(overrides: dict, gpu_overrides: dict, variable: str) -> None:
-    model = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
     gpu = {**gpu_3090(2), **gpu_overrides}
-    result = gpubox_capacity.plan(model, gpu, serving(**overrides))
+    result = capacity_planner.plan(model, gpu, serving(**overrides))
     assert result["fits"] is False
     assert any(variable in e for e in result["errors"]), result["errors"]
 
 
 def test_kv_heads_rule_allows_replication_but_not_mismatch() -> None:
-    model = dict(gpubox_models.catalog_model("Qwen/Qwen2.5-7B-Instruct"))  # 28 heads, 4 kv heads
-    ok = gpubox_capacity.plan(model, gpu_3090(8), serving(tensor_parallel_size=4))
+    model = dict(model_catalog.catalog_model("Qwen/Qwen2.5-7B-Instruct"))  # 28 heads, 4 kv heads
+    ok = capacity_planner.plan(model, gpu_3090(8), serving(tensor_parallel_size=4))
     assert not any("KV heads" in e for e in ok["errors"])
     model.update(num_attention_heads=24, num_key_value_heads=6, head_dim=128)
-    bad = gpubox_capacity.plan(model, gpu_3090(8), serving(tensor_parallel_size=4))
+    bad = capacity_planner.plan(model, gpu_3090(8), serving(tensor_parallel_size=4))
     assert any("KV heads" in e and "gpubox_tensor_parallel_size" in e for e in bad["errors"])
 
 
 def test_bad_model_facts_name_the_model_variable() -> None:
-    result = gpubox_capacity.plan({"num_hidden_layers": 2}, gpu_3090(), serving())
+    result = capacity_planner.plan({"num_hidden_layers": 2}, gpu_3090(), serving())
     assert result["fits"] is False
     assert any("gpubox_model_id" in e for e in result["errors"])
-    assert gpubox_capacity.plan("x", gpu_3090(), serving())["errors"]  # type: ignore[arg-type]
+    assert capacity_planner.plan("x", gpu_3090(), serving())["errors"]  # type: ignore[arg-type]
 
 
 # --- warnings ------------------------------------------------------------------------------------
@@ -162,17 +156,17 @@ def test_bad_model_facts_name_the_model_variable() -> None:
 
 def test_high_utilization_warns() -> None:
     model, gpu, serve = profile("gpu_2x3090")
-    result = gpubox_capacity.plan(model, gpu, {**serve, "gpu_memory_utilization": 0.97})
+    result = capacity_planner.plan(model, gpu, {**serve, "gpu_memory_utilization": 0.97})
     assert result["fits"] is True
     assert any("gpubox_gpu_memory_utilization" in w and "0.97" in w for w in result["warnings"])
     assert not any(
-        "gpubox_gpu_memory_utilization" in w for w in gpubox_capacity.plan(*profile("gpu_2x3090"))["warnings"]
+        "gpubox_gpu_memory_utilization" in w for w in capacity_planner.plan(*profile("gpu_2x3090"))["warnings"]
     )
 
 
 def test_32k_context_with_8_seqs_on_2x3090_warns_with_concurrency() -> None:
     model, gpu, serve = profile("gpu_2x3090")
-    result = gpubox_capacity.plan(model, gpu, {**serve, "max_model_len": 32768})
+    result = capacity_planner.plan(model, gpu, {**serve, "max_model_len": 32768})
     assert result["fits"] is True
     assert result["max_concurrency"] < 8
     warning = next(w for w in result["warnings"] if "gpubox_max_num_seqs" in w)
@@ -181,20 +175,20 @@ def test_32k_context_with_8_seqs_on_2x3090_warns_with_concurrency() -> None:
 
 
 def test_thin_kv_margin_warns() -> None:
-    model = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
-    result = gpubox_capacity.plan(model, gpu_3090(2), serving(gpu_memory_utilization=0.68))
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    result = capacity_planner.plan(model, gpu_3090(2), serving(gpu_memory_utilization=0.68))
     assert result["fits"] is True, result["errors"]
     assert any("margin" in w for w in result["warnings"])
 
 
 def test_fp8_kv_cache_halves_bytes_and_chunked_default_above_32k() -> None:
-    model = gpubox_models.catalog_model("LLM-Research/Meta-Llama-3.1-8B-Instruct")
+    model = model_catalog.catalog_model("LLM-Research/Meta-Llama-3.1-8B-Instruct")
     gpu = {"name": "H100", "memory_total_mib": 81559, "count": 1}
-    auto = gpubox_capacity.plan(model, gpu, serving(tensor_parallel_size=1))
-    fp8 = gpubox_capacity.plan(model, gpu, serving(tensor_parallel_size=1, kv_cache_dtype="fp8"))
+    auto = capacity_planner.plan(model, gpu, serving(tensor_parallel_size=1))
+    fp8 = capacity_planner.plan(model, gpu, serving(tensor_parallel_size=1, kv_cache_dtype="fp8"))
     assert fp8["kv_bytes_per_token_per_gpu"] * 2 == auto["kv_bytes_per_token_per_gpu"]
     assert auto["max_num_batched_tokens"] == 8192
-    long = gpubox_capacity.plan(model, gpu, serving(tensor_parallel_size=1, max_model_len=65536))
+    long = capacity_planner.plan(model, gpu, serving(tensor_parallel_size=1, max_model_len=65536))
     assert long["max_num_batched_tokens"] == 2048
 
 
@@ -256,7 +250,7 @@ def test_catalog_agrees_with_facts_md() -> None:
     rows = _facts_table()
     assert len(rows) == 4
     for name, cells in rows.items():
-        entry = gpubox_models.catalog_model(f"Qwen/{name}")
+        entry = model_catalog.catalog_model(f"Qwen/{name}")
         layers, heads, kv, hidden, head_dim, max_pos = (int(c) for c in cells[1:7])
         assert (entry["num_hidden_layers"], entry["num_attention_heads"], entry["num_key_value_heads"]) == (
             layers,
@@ -279,48 +273,48 @@ def test_catalog_agrees_with_facts_md() -> None:
 
 
 def test_unknown_model_names_variable_and_known_ids() -> None:
-    with pytest.raises(gpubox_models.UnknownModelError) as info:
-        gpubox_models.catalog_model("Qwen/Nope")
+    with pytest.raises(model_catalog.UnknownModelError) as info:
+        model_catalog.catalog_model("Qwen/Nope")
     message = str(info.value)
     assert "gpubox_model_id" in message
-    assert all(model_id in message for model_id in gpubox_models.CATALOG)
+    assert all(model_id in message for model_id in model_catalog.CATALOG)
 
 
 def test_catalog_entries_are_copies_and_complete() -> None:
-    entry = gpubox_models.catalog_model("Qwen/Qwen2.5-7B-Instruct")
+    entry = model_catalog.catalog_model("Qwen/Qwen2.5-7B-Instruct")
     entry["num_hidden_layers"] = 1
-    assert gpubox_models.catalog_model("Qwen/Qwen2.5-7B-Instruct")["num_hidden_layers"] == 28
-    for model_id, entry in gpubox_models.CATALOG.items():
+    assert model_catalog.catalog_model("Qwen/Qwen2.5-7B-Instruct")["num_hidden_layers"] == 28
+    for model_id, entry in model_catalog.CATALOG.items():
         assert entry["source"], model_id
-        assert gpubox_capacity.plan(entry, gpu_3090(8), serving(tensor_parallel_size=1))["errors"] == [] or (
+        assert capacity_planner.plan(entry, gpu_3090(8), serving(tensor_parallel_size=1))["errors"] == [] or (
             entry["weights_bytes"] > 20 * GIB
         )
 
 
 def _config_json(entry: dict) -> dict:
-    return {k: entry[k] for k in gpubox_models.CONFIG_FIELDS} | {"architectures": ["Qwen2ForCausalLM"]}
+    return {k: entry[k] for k in model_catalog.CONFIG_FIELDS} | {"architectures": ["Qwen2ForCausalLM"]}
 
 
 def test_config_mismatches_empty_when_agreeing_and_named_when_not() -> None:
-    entry = gpubox_models.catalog_model("Qwen/Qwen2.5-72B-Instruct-AWQ")
+    entry = model_catalog.catalog_model("Qwen/Qwen2.5-72B-Instruct-AWQ")
     config = _config_json(entry)
-    assert gpubox_models.config_mismatches(entry, config) == []
+    assert model_catalog.config_mismatches(entry, config) == []
     config["intermediate_size"] = 29568
     config["num_key_value_heads"] = 4
-    problems = gpubox_models.config_mismatches(entry, config)
+    problems = model_catalog.config_mismatches(entry, config)
     assert len(problems) == 2
     assert any(p.startswith("intermediate_size") and "29568" in p for p in problems)
 
 
 def test_model_from_config_json_round_trips_into_the_planner() -> None:
-    entry = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    entry = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
     config = _config_json(entry) | {"quantization_config": {"quant_method": "awq"}}
-    model = gpubox_models.model_from_config_json(config, entry["weights_bytes"])
+    model = model_catalog.model_from_config_json(config, entry["weights_bytes"])
     assert model["head_dim"] == 128 and model["quantization"] == "awq"
-    assert gpubox_models.config_mismatches(entry, config) == []
-    assert gpubox_capacity.plan(model, gpu_3090(), serving())["fits"] is True
+    assert model_catalog.config_mismatches(entry, config) == []
+    assert capacity_planner.plan(model, gpu_3090(), serving())["fits"] is True
     with pytest.raises(ValueError, match="hidden_size"):
-        gpubox_models.model_from_config_json({"num_hidden_layers": 2}, 1)
+        model_catalog.model_from_config_json({"num_hidden_layers": 2}, 1)
 
 
 # --- filter plugin and tools -------------------------------------------------------------------
@@ -329,24 +323,24 @@ def test_model_from_config_json_round_trips_into_the_planner() -> None:
 def test_filter_plugin_exposes_filters_and_table() -> None:
     filters = _load_filter().FilterModule().filters()
     assert set(filters) == {
-        "gpubox_plan",
-        "gpubox_catalog_model",
-        "gpubox_plan_table",
-        "gpubox_config_mismatches",
-        "gpubox_expected_model",
+        "plan",
+        "catalog_model",
+        "plan_table",
+        "config_mismatches",
+        "expected_model",
     }
-    model = filters["gpubox_catalog_model"]("Qwen/Qwen2.5-14B-Instruct")
-    result = filters["gpubox_plan"](model, gpu_3090(), serving())
-    table = filters["gpubox_plan_table"](result)
+    model = filters["catalog_model"]("Qwen/Qwen2.5-14B-Instruct")
+    result = filters["plan"](model, gpu_3090(), serving())
+    table = filters["plan_table"](result)
     assert "KV tokens" in table and str(result["kv_tokens"]) in table
     with pytest.raises(Exception, match="gpubox_model_id"):
-        filters["gpubox_catalog_model"]("nope/nope")
+        filters["catalog_model"]("nope/nope")
 
 
 def test_config_mismatches_filter_uses_catalog_or_inventory_facts() -> None:
-    check = _load_filter().FilterModule().filters()["gpubox_config_mismatches"]
-    entry = gpubox_models.catalog_model("Qwen/Qwen2.5-14B-Instruct")
-    config = {k: entry[k] for k in gpubox_models.CONFIG_FIELDS}
+    check = _load_filter().FilterModule().filters()["config_mismatches"]
+    entry = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    config = {k: entry[k] for k in model_catalog.CONFIG_FIELDS}
     assert check(config, "Qwen/Qwen2.5-14B-Instruct") == []
     wrong = {**config, "num_hidden_layers": 64}
     assert any("num_hidden_layers" in line for line in check(wrong, "Qwen/Qwen2.5-14B-Instruct"))

@@ -19,9 +19,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-import gpubox_gpu as g  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers as g
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 REFERENCE = FIXTURES / "_reference" / "h200x2"
@@ -578,7 +577,7 @@ def test_gpu_check_fails_clearly_when_nvidia_smi_fails(tmp_path: Path, sim_path:
 def test_gpu_check_missing_library(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(GPU_CHECK), "--lib", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
-    assert "cannot import gpubox_gpu" in proc.stderr
+    assert "cannot import gpu_parsers" in proc.stderr
 
 
 # --------------------------------------------------------------------------- the Ansible module
@@ -595,8 +594,7 @@ def run_module(tmp_path: Path, args: str, **extra: str) -> dict:
         pytest.skip("ansible is not installed")
     env = sim_env("rtx3090x2-pcie", tmp_path / "simstate", **extra)
     env.update(
-        ANSIBLE_LIBRARY=str(ROOT / "plugins" / "modules"),
-        ANSIBLE_MODULE_UTILS=str(ROOT / "plugins" / "module_utils"),
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
         ANSIBLE_STDOUT_CALLBACK="json",
         ANSIBLE_PYTHON_INTERPRETER=sys.executable,
@@ -604,7 +602,7 @@ def run_module(tmp_path: Path, args: str, **extra: str) -> dict:
         ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
     )
     proc = subprocess.run(
-        [ansible, "localhost", "-c", "local", "-m", "gpubox_gpu_facts", "-a", args],
+        [ansible, "localhost", "-c", "local", "-m", "gpubox.gpubox.gpu_facts", "-a", args],
         env=env,
         capture_output=True,
         text=True,

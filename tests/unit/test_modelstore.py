@@ -24,7 +24,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import ansible.module_utils
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -38,9 +37,6 @@ CLIENT_PINS = ["modelscope==1.40.2", "modelscope-hub==0.5.1", "numpy==2.4.6", "t
 LEGACY_PINS = ["modelscope==1.23.0"]
 MODEL_ID = "Qwen/Tiny-Instruct"
 
-# The module imports its logic as ansible.module_utils.gpubox_modelstore (ansible.cfg: module_utils).
-if str(ROOT / "plugins/module_utils") not in ansible.module_utils.__path__:
-    ansible.module_utils.__path__.append(str(ROOT / "plugins/module_utils"))
 
 
 def load(path: Path, name: str) -> ModuleType:
@@ -52,8 +48,8 @@ def load(path: Path, name: str) -> ModuleType:
     return module
 
 
-store = load(ROOT / "plugins/modules/gpubox_model_store.py", "gpubox_model_store")
-lib = sys.modules["ansible.module_utils.gpubox_modelstore"]
+store = load(ROOT / "plugins/modules/model_store.py", "gpubox_model_store_module")
+lib = sys.modules["ansible_collections.gpubox.gpubox.plugins.module_utils.model_publish"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -359,7 +355,7 @@ def test_verifier_refetches_a_file_the_client_accepted(hub_a: Hub, client_venv: 
 def test_model_that_is_not_the_planned_one_is_never_published(
     hub_a: Hub, client_venv: Path, models, tmp_path: Path
 ) -> None:
-    planned = sys.modules["ansible.module_utils.gpubox_models"]
+    planned = sys.modules["ansible_collections.gpubox.gpubox.plugins.module_utils.model_catalog"]
     config = json.loads((models["a"] / "config.json").read_text())
     expected = planned.model_from_config_json(config, 1)
     root = tmp_path / "models"

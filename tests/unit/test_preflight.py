@@ -18,10 +18,9 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "plugins" / "module_utils"))
 
-import gpubox_gpu  # noqa: E402
-import gpubox_preflight  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers
+from ansible_collections.gpubox.gpubox.plugins.module_utils import preflight_checks
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"
@@ -43,7 +42,7 @@ make_sysfs = _load_by_path("make_sysfs_under_test", ROOT / "molecule" / "shared"
 @functools.cache
 def _smi_fact(box: str) -> str:
     d = FIXTURES / box
-    fact = gpubox_gpu.gpu_facts(
+    fact = gpu_parsers.gpu_facts(
         query_xml=(d / "q.xml").read_text(),
         topo_m=(d / "topo-m.txt").read_text(),
         topo_p2p_r=(d / "topo-p2p-r.txt").read_text(),
@@ -68,7 +67,7 @@ def sysfs_fact(box: str, root: Path, drop: int = 0) -> dict:
     for bdf in gpus[len(gpus) - drop :]:
         del spec["devices"][bdf]
     make_sysfs.write_sysfs(spec, root, module=False)
-    return gpubox_gpu.gpu_facts(sysfs_root=root)
+    return gpu_parsers.gpu_facts(sysfs_root=root)
 
 
 def group_config(group: str) -> dict:
@@ -105,7 +104,7 @@ def healthy_host(group: str, gpu: dict | None = None) -> dict:
 
 @pytest.mark.parametrize("group", sorted(BOX_OF_GROUP), ids=sorted(BOX_OF_GROUP))
 def test_shipped_profiles_on_healthy_fixture_boxes_pass(group: str) -> None:
-    result = gpubox_preflight.preflight(healthy_host(group), group_config(group))
+    result = preflight_checks.preflight(healthy_host(group), group_config(group))
     assert result["errors"] == []
     assert result["warnings"] == []
     assert result["plan"]["fits"] is True
@@ -117,14 +116,14 @@ def test_shipped_profiles_pass_before_the_driver_exists(group: str, tmp_path: Pa
     """From sysfs only the count and the PCI device id can be compared, and they match."""
     host = healthy_host(group, gpu=sysfs_fact(BOX_OF_GROUP[group], tmp_path))
     assert host["gpu"]["source"] == "sysfs"
-    result = gpubox_preflight.preflight(host, group_config(group))
+    result = preflight_checks.preflight(host, group_config(group))
     assert result["errors"] == []
     assert result["warnings"] == []
 
 
 def test_debian_12_point_release_is_supported() -> None:
     host = healthy_host("gpu_2x3090") | {"distribution": "Debian", "distribution_version": "12.8"}
-    assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] == []
+    assert preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"] == []
 
 
 def test_numeric_strings_from_extra_vars_are_accepted() -> None:
@@ -133,14 +132,14 @@ def test_numeric_strings_from_extra_vars_are_accepted() -> None:
         "gpubox_gpu_memory_utilization": "0.92",
         "gpubox_port": "8000",
     }
-    assert gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)["errors"] == []
+    assert preflight_checks.preflight(healthy_host("gpu_2x3090"), config)["errors"] == []
 
 
 def test_model_already_on_disk_needs_only_the_headroom() -> None:
     host = healthy_host("gpu_2x3090") | {"disk_free_bytes": 11 * GIB, "model_bytes_present": 29_540_067_328}
-    assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] == []
+    assert preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"] == []
     host["model_bytes_present"] = 0
-    assert any("model_store_root" in e for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"])
+    assert any("model_store_root" in e for e in preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"])
 
 
 # --- the bad-inputs suite -----------------------------------------------------------------------
@@ -185,7 +184,7 @@ def _sysfs_wrong_model(host: dict, config: dict, tmp: Path) -> None:
 
 
 def _no_gpus_at_all(host: dict, config: dict, tmp: Path) -> None:
-    host["gpu"] = gpubox_gpu.gpu_facts(sysfs_root=tmp)  # an empty tree: a box without NVIDIA GPUs
+    host["gpu"] = gpu_parsers.gpu_facts(sysfs_root=tmp)  # an empty tree: a box without NVIDIA GPUs
 
 
 def _wrong_gpu_model(host: dict, config: dict, tmp: Path) -> None:
@@ -309,7 +308,7 @@ BAD_CASES: list[tuple[str, str, Mutation, str]] = [
 def test_bad_input_is_refused_naming_the_variable(group: str, mutate: Mutation, variable: str, tmp_path: Path) -> None:
     host, config = healthy_host(group), group_config(group)
     mutate(host, config, tmp_path)
-    result = gpubox_preflight.preflight(host, config)
+    result = preflight_checks.preflight(host, config)
     assert result["errors"], f"no error for {variable}; warnings: {result['warnings']}"
     assert any(variable in error for error in result["errors"]), result["errors"]
     assert "error(s)" in result["table"]
@@ -324,7 +323,7 @@ def test_bad_suite_is_large_enough_and_ids_are_unique() -> None:
 def test_all_errors_are_reported_at_once_not_only_the_first() -> None:
     host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024, "distribution_version": "20.04"}
     config = group_config("gpu_2x3090") | {"api_key_set": False, "gpubox_max_num_seqs": 0}
-    errors = gpubox_preflight.preflight(host, config)["errors"]
+    errors = preflight_checks.preflight(host, config)["errors"]
     for variable in (
         "preflight_ram_factor",
         "preflight_supported_os",
@@ -336,14 +335,14 @@ def test_all_errors_are_reported_at_once_not_only_the_first() -> None:
 
 def test_ram_error_states_the_ram_found_and_needed() -> None:
     host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024}
-    (error,) = [e for e in gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["errors"] if "RAM" in e]
+    (error,) = [e for e in preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"] if "RAM" in e]
     assert "16.0 GiB" in error
     assert "55.0 GiB" in error  # 2.0 x 29,540,067,328 B of Qwen2.5-14B weights
 
 
 def test_unknown_model_still_validates_the_serving_profile() -> None:
     config = group_config("gpu_2x3090") | {"gpubox_model_id": "nope/nope", "gpubox_max_num_seqs": 0}
-    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["plan"] is None
     assert any("gpubox_model_id" in e and "catalog" in e for e in result["errors"])
     assert any("gpubox_max_num_seqs" in e for e in result["errors"])
@@ -356,7 +355,7 @@ def test_unknown_model_still_validates_the_serving_profile() -> None:
     ids=["host-none", "config-none", "wrong-types", "both-empty"],
 )
 def test_garbage_never_raises(host: Any, config: Any) -> None:
-    result = gpubox_preflight.preflight(host, config)
+    result = preflight_checks.preflight(host, config)
     assert result["errors"]
     assert set(result) == {"errors", "warnings", "plan", "table"}
 
@@ -390,7 +389,7 @@ WARN_CASES: list[tuple[str, Mutation, list[str]]] = [
 def test_thin_or_slow_setups_warn_without_error(mutate: Mutation, expected: list[str], tmp_path: Path) -> None:
     host, config = healthy_host("gpu_2x3090"), group_config("gpu_2x3090")
     mutate(host, config, tmp_path)
-    result = gpubox_preflight.preflight(host, config)
+    result = preflight_checks.preflight(host, config)
     assert result["errors"] == []
     assert any(all(text in w for text in expected) for w in result["warnings"]), result["warnings"]
 
@@ -398,14 +397,14 @@ def test_thin_or_slow_setups_warn_without_error(mutate: Mutation, expected: list
 def test_nvidia_smi_failure_is_a_warning_and_sysfs_still_checks(tmp_path: Path) -> None:
     fact = sysfs_fact("rtx3090x2-nvlink", tmp_path)
     fact["nvidia_smi_error"] = "Failed to initialize NVML: Driver/library version mismatch"
-    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090", gpu=fact), group_config("gpu_2x3090"))
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090", gpu=fact), group_config("gpu_2x3090"))
     assert result["errors"] == []
     assert any("Driver/library version mismatch" in w for w in result["warnings"])
 
 
 def test_secure_boot_off_or_without_a_distro_note_is_silent() -> None:
     host = healthy_host("gpu_2x3090") | {"secure_boot": True}
-    assert gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["warnings"] == []
+    assert preflight_checks.preflight(host, group_config("gpu_2x3090"))["warnings"] == []
 
 
 # --- the table, the filter plugin, the role's declared variables -------------------------------
@@ -413,7 +412,7 @@ def test_secure_boot_off_or_without_a_distro_note_is_silent() -> None:
 
 def test_table_shows_checks_and_plan() -> None:
     host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024}
-    table = gpubox_preflight.preflight(host, group_config("gpu_2x3090"))["table"]
+    table = preflight_checks.preflight(host, group_config("gpu_2x3090"))["table"]
     assert "Qwen/Qwen2.5-14B-Instruct on 2 x NVIDIA GeForce RTX 3090" in table
     assert "plan: KV tokens" in table
     ram = next(line for line in table.splitlines() if line.startswith("RAM"))
@@ -421,9 +420,10 @@ def test_table_shows_checks_and_plan() -> None:
 
 
 def test_filter_plugin_exposes_gpubox_preflight() -> None:
-    module = _load_by_path("gpubox_preflight_filter_under_test", ROOT / "plugins" / "filter" / "gpubox_preflight.py")
-    filters = module.FilterModule().filters()
-    result = filters["gpubox_preflight"](healthy_host("gpu_2x3090"), group_config("gpu_2x3090"))
+    from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
+
+    filters = gpubox_filters.FilterModule().filters()
+    result = filters["preflight"](healthy_host("gpu_2x3090"), group_config("gpu_2x3090"))
     assert result["errors"] == []
 
 
@@ -480,22 +480,22 @@ def sim_cpu_engine_config() -> dict:
 
 def test_serving_scenario_plans_its_tiny_model_from_the_inventory() -> None:
     config = sim_cpu_engine_config()
-    assert config["gpubox_model_id"] not in gpubox_preflight.gpubox_models.CATALOG
-    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    assert config["gpubox_model_id"] not in preflight_checks.gpubox_models.CATALOG
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["errors"] == []
     assert result["plan"]["fits"] is True
     assert result["plan"]["weights_gib_per_gpu"] == pytest.approx(2_628_800 / GIB, rel=0.01)
     without = {k: v for k, v in config.items() if k != "gpubox_model_config"}
-    errors = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), without)["errors"]
+    errors = preflight_checks.preflight(healthy_host("gpu_2x3090"), without)["errors"]
     assert any("not in the capacity catalog" in e and "gpubox_model_config" in e for e in errors)
 
 
 def test_model_config_replaces_the_catalog_entry() -> None:
     # Same id as a catalog model, but the inventory's facts win: 8x the weights no longer fit 2 x 24 GiB.
-    entry = dict(gpubox_preflight.gpubox_models.CATALOG["Qwen/Qwen2.5-14B-Instruct"])
+    entry = dict(preflight_checks.gpubox_models.CATALOG["Qwen/Qwen2.5-14B-Instruct"])
     entry["weights_bytes"] *= 8
     config = group_config("gpu_2x3090") | {"gpubox_model_config": entry}
-    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["plan"]["fits"] is False
     assert any("RAM" in e for e in result["errors"])
 
@@ -521,14 +521,14 @@ def test_bad_model_config_is_refused_naming_the_key(change: dict, expected: str)
         else:
             facts[key] = value
     config = sim_cpu_engine_config() | {"gpubox_model_config": facts}
-    result = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["plan"] is None or result["plan"]["fits"] is False
     assert any(expected in e for e in result["errors"]), result["errors"]
 
 
 def test_model_config_must_be_a_mapping() -> None:
     config = sim_cpu_engine_config() | {"gpubox_model_config": ["num_hidden_layers", 2]}
-    errors = gpubox_preflight.preflight(healthy_host("gpu_2x3090"), config)["errors"]
+    errors = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)["errors"]
     assert any("gpubox_model_config must be a mapping" in e for e in errors)
 
 
@@ -543,5 +543,5 @@ def test_tiny_model_facts_match_the_generated_model(tmp_path: Path) -> None:
     )
     facts = sim_cpu_engine_config()["gpubox_model_config"]
     config_json = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert gpubox_preflight.gpubox_models.config_mismatches(facts, config_json) == []
+    assert preflight_checks.gpubox_models.config_mismatches(facts, config_json) == []
     assert facts["weights_bytes"] == (tmp_path / "m" / "model.safetensors").stat().st_size

@@ -1,4 +1,4 @@
-"""Pure tests of the vLLM 0.7.3 command-line renderer (plugins/module_utils/gpubox_vllm.py).
+"""Pure tests of the vLLM 0.7.3 command-line renderer (plugins/module_utils/vllm_cmdline.py).
 
 Profiles come from the real role and inventory: roles/vllm_service/defaults + vars/main.yml
 templated by Ansible over inventories/production/group_vars, so a wrong mapping from gpubox_*
@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,11 +17,10 @@ import pytest
 import yaml
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 # The role's vars use the gpubox_* filters; find them wherever pytest is started from.
 os.environ.setdefault("ANSIBLE_FILTER_PLUGINS", str(REPO / "plugins" / "filter"))
 
-from gpubox_vllm import VllmProfileError, systemd_quote, systemd_quote_arg, vllm_args  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import VllmProfileError, systemd_quote, systemd_quote_arg, vllm_args
 
 GROUP_VARS = REPO / "inventories" / "production" / "group_vars"
 ROLE = REPO / "roles" / "vllm_service"

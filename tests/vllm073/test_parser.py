@@ -23,10 +23,8 @@ from typing import Any
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(REPO / "tests" / "unit"))
-sys.path.insert(0, str(REPO / "plugins" / "module_utils"))
 
-from gpubox_vllm import vllm_args  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import vllm_args
 from test_vllm_args import TOPOLOGIES, role_profile  # noqa: E402
 
 pytestmark = pytest.mark.vllm073

@@ -7,7 +7,7 @@ Simulates the GPU edge only: from a fixture's sysfs.json (tests/fixtures/nvidia-
         current_link_width,max_link_width,current_link_speed,max_link_speed,numa_node,resource}
     <root>/sys/module/nvidia/version        (unless --no-module, or the JSON has none)
 
-so that code reading sysfs under a configurable root (gpubox_gpu.scan_sysfs) sees that box. Real
+so that code reading sysfs under a configurable root (gpu_parsers.scan_sysfs) sees that box. Real
 sysfs holds symlinks into /sys/devices; plain directories are enough for readers of these files.
 
 usage: make_sysfs.py SYSFS_JSON ROOT [--no-module | --module-version VERSION]

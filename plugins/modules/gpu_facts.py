@@ -111,7 +111,7 @@ ansible_facts:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible.module_utils.gpubox_gpu import QUERY_FIELDS, GpuParseError, gpu_facts  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils.gpu_parsers import QUERY_FIELDS, GpuParseError, gpu_facts  # noqa: E402
 
 
 def _find_nvidia_smi(module: AnsibleModule, name: str) -> str | None:
@@ -167,7 +167,7 @@ def main() -> None:
             nvidia_smi_error=error,
         )
     except GpuParseError as exc:
-        module.fail_json(msg=f"{exc}. Run the command by hand to see its output; the parser is gpubox_gpu.py.")
+        module.fail_json(msg=f"{exc}. Run the command by hand to see its output; the parser is gpu_parsers.py.")
     facts["nvidia_smi_path"] = smi
     module.exit_json(changed=False, ansible_facts={"gpubox_gpu": facts})
 

@@ -1,7 +1,7 @@
 """Model catalog for the capacity planner: config.json facts known before a model is downloaded.
 
 Keys are ModelScope ids (what ``gpubox_model_id`` holds). Every entry carries the fields the planner
-reads (see gpubox_capacity.plan) plus ``source``. After download, ``config_mismatches`` compares an
+reads (see capacity_planner.plan) plus ``source``. After download, ``config_mismatches`` compares an
 entry with the real config.json so a wrong catalog line cannot go unnoticed. Stdlib only.
 """
 
@@ -109,7 +109,7 @@ CATALOG: dict[str, dict[str, Any]] = {
 # facts as a catalog entry. head_dim may be left out when it is hidden_size / num_attention_heads.
 INVENTORY_REQUIRED = (*CONFIG_FIELDS, "weights_bytes")
 INVENTORY_OPTIONAL = ("head_dim", "quantization", "source")
-# The dtypes the capacity planner knows (gpubox_capacity.DTYPE_BYTES).
+# The dtypes the capacity planner knows (capacity_planner.DTYPE_BYTES).
 _DTYPES = ("bfloat16", "float16", "float32")
 _INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim") if k != "torch_dtype")
 
@@ -247,7 +247,7 @@ def config_mismatches(catalog_entry: dict[str, Any], config_json: dict[str, Any]
         if actual != expected:
             problems.append(
                 f"{key}: catalog has {expected!r}, config.json has {actual!r}; fix the catalog entry "
-                "in plugins/module_utils/gpubox_models.py or check gpubox_model_id/gpubox_model_revision"
+                "in plugins/module_utils/model_catalog.py or check gpubox_model_id/gpubox_model_revision"
             )
     head_dim = catalog_entry.get("head_dim")
     real_head_dim = text.get("head_dim") or text.get("hidden_size", 0) // max(1, text.get("num_attention_heads", 1))

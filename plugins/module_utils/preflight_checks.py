@@ -2,21 +2,21 @@
 
 ``preflight(host, config)`` compares what a box IS (``host``: facts gathered read-only) with what its
 inventory SAYS (``config``: the ``gpubox_*`` topology variables plus the preflight settings) and plans
-the GPU memory with :func:`gpubox_capacity.plan` from the same variables the roles deploy. It never
+the GPU memory with :func:`capacity_planner.plan` from the same variables the roles deploy. It never
 raises on bad input: every problem comes back as one line in ``errors`` (the box cannot work) or
 ``warnings`` (it works, worse), and every line names the variable to change and how.
 
 host keys (all optional; a missing one is reported, not raised):
   distribution, distribution_version   Ansible's facts ("Ubuntu", "22.04")
   memtotal_mb                          Ansible's ansible_memtotal_mb (MiB)
-  gpu                                  the ``gpubox_gpu`` fact (plugins/module_utils/gpubox_gpu.py)
+  gpu                                  the ``gpubox_gpu`` fact (plugins/module_utils/gpu_parsers.py)
   disk_free_bytes, disk_mount          free bytes of the filesystem holding model_store_root, its mount
   model_bytes_present                  bytes already in the model's directory there (0 when absent)
   secure_boot                          bool, what nvidia_driver's validate.yml recorded
 
 config keys: the gpubox_* inventory variables (INVENTORY_NAMES in gpubox_capacity plus gpubox_port,
 gpubox_served_model_name, and gpubox_model_config: the config.json facts of a model that is not in
-the catalog, used instead of the catalog entry; see gpubox_models.inventory_model), model_store_root,
+the catalog, used instead of the catalog entry; see model_catalog.inventory_model), model_store_root,
 api_key_set (bool), preflight_ram_factor, preflight_disk_headroom_bytes, preflight_supported_os
 (["Ubuntu 22.04", "Debian 12"]), secure_boot_warning (the distro's note when Secure Boot needs action, or empty).
 
@@ -29,8 +29,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-import gpubox_capacity
-import gpubox_models
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 
 GIB = 1024**3
 MIB = 1024**2
@@ -250,7 +250,7 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
             if want_id is None:
                 report.warnings.append(
                     f"gpubox_gpu_name {want_name!r} has no PCI device id in preflight's table "
-                    "(plugins/module_utils/gpubox_preflight.py PCI_DEVICE_IDS): the GPU model is not checked "
+                    "(plugins/module_utils/preflight_checks.py PCI_DEVICE_IDS): the GPU model is not checked "
                     "until nvidia-smi works"
                 )
             else:
@@ -318,23 +318,23 @@ def _model_facts(config: dict[str, Any], report: _Report) -> dict[str, Any] | No
         return None
     try:
         # The catalog entry, or gpubox_model_config for a model the catalog does not carry.
-        return gpubox_models.planned_model(config)
-    except (gpubox_models.UnknownModelError, ValueError) as exc:
+        return model_catalog.planned_model(config)
+    except (model_catalog.UnknownModelError, ValueError) as exc:
         report.errors.append(str(exc))
         return None
 
 
 def _check_plan(config: dict[str, Any], model: dict[str, Any] | None, report: _Report) -> dict | None:
-    gpu, serving = gpubox_capacity.inventory_inputs(config)
+    gpu, serving = capacity_planner.inventory_inputs(config)
     if model is not None:
-        result = gpubox_capacity.plan(model, gpu, serving)
+        result = capacity_planner.plan(model, gpu, serving)
         report.errors.extend(result["errors"])
         report.warnings.extend(result["warnings"])
         return result
     # Without model facts the serving profile and GPU variables are still validated (the planner's
     # complaint about the missing model facts is left out: the unknown model is already reported).
-    result = gpubox_capacity.plan({}, gpu, serving)
-    model_prefix = f"{gpubox_capacity.var('model')}: model facts"
+    result = capacity_planner.plan({}, gpu, serving)
+    model_prefix = f"{capacity_planner.var('model')}: model facts"
     report.errors.extend(e for e in result["errors"] if not e.startswith(model_prefix))
     return None
 

@@ -447,3 +447,31 @@ def plan(model: dict, gpu: dict, serving: dict) -> dict:
         _capacity(model_facts, gpu_facts, serving_facts, result)
     result.fits = not result.errors
     return asdict(result)
+
+
+# --------------------------------------------------------------------------- text table
+
+_ROWS = (
+    ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
+    ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
+    ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
+    ("non-torch", "non_torch_gib", "{:.2f} GiB"),
+    ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
+    ("KV bytes/token/GPU", "kv_bytes_per_token_per_gpu", "{:d} B"),
+    ("batched tokens", "max_num_batched_tokens", "{:d}"),
+    ("GPU blocks", "gpu_blocks", "{:d}"),
+    ("KV tokens", "kv_tokens", "{:d}"),
+    ("max concurrency", "max_concurrency", "{:.2f}x"),
+)
+
+
+def plan_table(plan: dict[str, Any]) -> str:
+    """A fixed-width text table of a plan, followed by its errors and warnings."""
+    lines = []
+    for label, key, fmt in _ROWS:
+        if key in plan:
+            lines.append(f"{label:<20} {fmt.format(plan[key]):>14}")
+    lines.append(f"{'fits':<20} {'yes' if plan.get('fits') else 'NO':>14}")
+    lines.extend(f"ERROR: {e}" for e in plan.get("errors", []))
+    lines.extend(f"WARNING: {w}" for w in plan.get("warnings", []))
+    return "\n".join(lines)

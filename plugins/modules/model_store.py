@@ -161,8 +161,8 @@ from dataclasses import dataclass, field  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any, Callable  # noqa: E402
 
-from ansible.module_utils.gpubox_models import config_mismatches  # noqa: E402
-from ansible.module_utils.gpubox_modelstore import (  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils.model_catalog import config_mismatches  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils.model_publish import (  # noqa: E402
     FileProblem,
     IntegrityError,
     Listing,

@@ -1,0 +1,100 @@
+"""Jinja2 filters of the gpubox collection: thin wrappers over plugins/module_utils.
+
+    {{ host | gpubox.gpubox.preflight(config) }}          -> {errors, warnings, plan, table}
+    {{ vars | gpubox.gpubox.state_errors }}               -> problems of the desired state ([] when valid)
+    {{ model | gpubox.gpubox.plan(gpu, serving) }}        -> memory plan of vLLM 0.7.3's V0 start-up
+    {{ plan | gpubox.gpubox.plan_table }}                 -> the plan as a text table
+    {{ model_id | gpubox.gpubox.expected_model(config) }} -> the model facts preflight plans from
+    {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
+    {{ profile | gpubox.gpubox.vllm_args }}               -> vLLM 0.7.3 api_server arguments
+    {{ args | gpubox.gpubox.systemd_args }}               -> one ExecStart=/Environment= string
+
+The logic (and its tests) lives in module_utils; errors that are the user's are raised as
+AnsibleFilterError naming the variable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ansible.errors import AnsibleFilterError
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    capacity_planner,
+    desired_state,
+    model_catalog,
+    preflight_checks,
+    vllm_cmdline,
+)
+
+
+def plan(model: dict, gpu: dict, serving: dict) -> dict:
+    """Plan vLLM 0.7.3 memory; errors come back in the result, they never raise."""
+    return capacity_planner.plan(model, gpu, serving)
+
+
+def catalog_model(model_id: str) -> dict:
+    """Catalog facts for a ModelScope id; unknown ids fail naming gpubox_model_id and the known ids."""
+    try:
+        return model_catalog.catalog_model(model_id)
+    except model_catalog.UnknownModelError as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def expected_model(model_id: str, model_config: dict | None = None) -> dict:
+    """The model facts preflight plans from: gpubox_model_config when given, else the catalog entry."""
+    try:
+        return model_catalog.expected_model(model_id, model_config)
+    except (model_catalog.UnknownModelError, ValueError) as exc:
+        raise AnsibleFilterError(str(exc)) from exc
+
+
+def config_mismatches(config_json: dict, model_id: str, model_config: dict | None = None) -> list[str]:
+    """Where a downloaded config.json disagrees with the facts preflight planned from (empty: agrees)."""
+    return model_catalog.config_mismatches(expected_model(model_id, model_config), config_json)
+
+
+def plan_table(result: dict[str, Any]) -> str:
+    """A fixed-width text table of a plan, followed by its errors and warnings."""
+    return capacity_planner.plan_table(result)
+
+
+def preflight(host: dict, config: dict) -> dict:
+    """Check a box against its desired state: {errors, warnings, plan, table}. Bad input never raises."""
+    return preflight_checks.preflight(host, config)
+
+
+def state_errors(values: Mapping[str, Any]) -> list[str]:
+    """Every problem of the desired state (the gpubox_* facts), one line each naming the variable."""
+    return desired_state.validate(values).errors
+
+
+def vllm_args(profile: Mapping[str, Any]) -> list[str]:
+    try:
+        return vllm_cmdline.vllm_args(profile)
+    except vllm_cmdline.VllmProfileError as exc:
+        raise AnsibleFilterError(f"gpubox.gpubox.vllm_args: {exc}") from exc
+
+
+def systemd_args(args: Sequence[Any], variables: bool = True) -> str:
+    try:
+        return vllm_cmdline.systemd_quote(args, variables)
+    except vllm_cmdline.VllmProfileError as exc:
+        raise AnsibleFilterError(f"gpubox.gpubox.systemd_args: {exc}") from exc
+
+
+class FilterModule:
+    """gpubox filters."""
+
+    def filters(self) -> dict[str, Any]:
+        return {
+            "plan": plan,
+            "catalog_model": catalog_model,
+            "expected_model": expected_model,
+            "config_mismatches": config_mismatches,
+            "plan_table": plan_table,
+            "preflight": preflight,
+            "state_errors": state_errors,
+            "vllm_args": vllm_args,
+            "systemd_args": systemd_args,
+        }

@@ -1,0 +1,54 @@
+"""Lookup plugin: the checked desired state of the current host (every gpubox_* fact)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+name: desired_state
+author: gpubox developers
+short_description: The checked desired state of a gpubox
+description:
+  - Reads every fact of the desired state (the gpubox_* variables listed in
+    plugins/module_utils/desired_state.py, defaulted in the gpubox role) from the current variables,
+    checks each with the one validator, and returns the normalized values without the API key
+    (C(gpubox_api_key_set) says whether it is valid), the derived C(gpubox_model_name) and
+    C(gpubox_model_dir), and C(errors), one line per problem naming the variable and the fix.
+  - Use it with C(query(...) | first); it takes no terms.
+options:
+  _terms:
+    description: Not used.
+    required: false
+"""
+
+EXAMPLES = r"""
+- name: Show the model directory vLLM will serve
+  ansible.builtin.debug:
+    msg: "{{ (query('gpubox.gpubox.desired_state') | first).gpubox_model_dir }}"
+"""
+
+RETURN = r"""
+_raw:
+  description: One mapping of the normalized facts, the derived paths and C(errors).
+  type: list
+  elements: dict
+"""
+
+from ansible.plugins.lookup import LookupBase
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+
+
+class LookupModule(LookupBase):
+    def run(self, terms, variables=None, **kwargs):
+        variables = variables or {}
+        raw = {}
+        for name in desired_state.FACTS:
+            if name not in variables:
+                continue
+            try:
+                raw[name] = self._templar.template(variables[name])
+            except Exception as exc:  # noqa: BLE001 - an undefined or broken template is reported by name
+                raw[name] = desired_state.UNSET
+                raw.setdefault("__template_errors", []).append(f"{name} could not be templated: {exc}")
+        state = desired_state.validate(raw)
+        public = state.public()
+        public["errors"] = list(raw.get("__template_errors", [])) + public["errors"]
+        return [public]

@@ -1,0 +1,458 @@
+"""The desired state of a gpubox: every fact a box is built from, and its one validator.
+
+A fact (the GPUs expected, the model, the serving profile, the port, the key, the model root, the
+environment prefix, ...) has ONE name, ``gpubox_*``, and ONE default, in ``roles/gpubox/defaults/main.yml``
+(declared with equal values in ``roles/gpubox/meta/argument_specs.yml``). This module holds no
+defaults: it knows how each fact is checked and normalized. Preflight, every role that consumes a
+fact (through the ``gpubox.gpubox.desired_state`` lookup or the modules), ``make plan`` and the
+report use :func:`validate`, so nothing preflight accepts is refused later and nothing a role would
+refuse gets past preflight.
+
+Every problem comes back as one line naming the variable and the fix; no input raises.
+Values from ``-e name=value`` arrive as strings: integer and number facts accept their decimal
+spelling ("8001", "0.9"), never a float for an integer ("16.0"), a non-finite number or one
+beyond the fact's range.
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+# --------------------------------------------------------------------------- vLLM 0.7.3 vocabulary
+# Choices of vLLM 0.7.3's own argument parser (vllm/engine/arg_utils.py, EngineArgs.add_cli_args;
+# quantization: vllm/model_executor/layers/quantization/__init__.py QUANTIZATION_METHODS).
+# tests/vllm073/test_parser.py compares these with the real parser's choices.
+DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
+KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")
+BLOCK_SIZES = (8, 16, 32)  # the CLI also lists 64/128; CUDA's paged attention supports up to 32
+QUANTIZATIONS = (
+    "aqlm",
+    "awq",
+    "deepspeedfp",
+    "tpu_int8",
+    "fp8",
+    "fbgemm_fp8",
+    "modelopt",
+    "marlin",
+    "gguf",
+    "gptq_marlin_24",
+    "gptq_marlin",
+    "awq_marlin",
+    "gptq",
+    "compressed-tensors",
+    "bitsandbytes",
+    "qqq",
+    "hqq",
+    "experts_int8",
+    "neuron_quant",
+    "ipex",
+    "quark",
+    "moe_wna16",
+)
+
+# The flags gpubox renders from facts (plugins/module_utils/vllm_cmdline.py), and what sets each.
+RENDERED_FLAGS: dict[str, str] = {
+    "--model": "gpubox_model_root (the published model directory)",
+    "--served-model-name": "gpubox_served_model_name",
+    "--host": "vllm_service_host",
+    "--port": "gpubox_port",
+    "--tensor-parallel-size": "gpubox_tensor_parallel_size",
+    "--pipeline-parallel-size": "gpubox_pipeline_parallel_size",
+    "--gpu-memory-utilization": "gpubox_gpu_memory_utilization",
+    "--max-model-len": "gpubox_max_model_len",
+    "--max-num-seqs": "gpubox_max_num_seqs",
+    "--max-num-batched-tokens": "gpubox_max_num_batched_tokens",
+    "--dtype": "gpubox_model_dtype",
+    "--quantization": "gpubox_model_quantization",
+    "--kv-cache-dtype": "gpubox_kv_cache_dtype",
+    "--block-size": "gpubox_block_size",
+    "--enforce-eager": "gpubox_enforce_eager",
+    "--disable-log-requests": "vllm_service_disable_log_requests",
+}
+# Single-dash aliases vLLM 0.7.3 defines for rendered flags (argparse also reads "-q awq" as "-qawq").
+FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-q": "--quantization"}
+SECRET_FLAGS = ("--api-key",)
+
+# Directories the model store or the environment must never be (the store chmods its root) nor live
+# under (pseudo and volatile filesystems, the OS itself).
+SYSTEM_DIRS = frozenset(
+    {"/", "/bin", "/boot", "/data", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32", "/media", "/mnt",
+     "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
+     "/var/tmp", "/dev/shm", "/var/log", "/var/cache"}
+)  # fmt: skip
+NO_TREE_UNDER = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib")
+
+API_KEY_CHARS = r"A-Za-z0-9._~+/=:@,-"
+API_KEY_MIN = 16
+_API_KEY_RE = re.compile(rf"^[{API_KEY_CHARS}]{{{API_KEY_MIN},512}}$")
+_MODEL_PART = r"[A-Za-z0-9](?:[A-Za-z0-9._-]{0,126}[A-Za-z0-9_])?"
+_MODEL_ID_RE = re.compile(rf"^{_MODEL_PART}/{_MODEL_PART}$")
+_REVISION_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}$")
+_INT_TEXT = re.compile(r"^[+-]?\d{1,19}$")
+_FLOAT_TEXT = re.compile(r"^[+-]?(\d{1,12}(\.\d{0,12})?|\.\d{1,12})$")
+_UNSET_TEXT = ("", "none", "null", "~")
+
+
+class Unset:
+    """Marker for a fact that is absent from the variables."""
+
+
+UNSET = Unset()
+
+
+def _is_unset(value: Any) -> bool:
+    return value is None or value is UNSET or (isinstance(value, str) and value.strip().lower() in _UNSET_TEXT)
+
+
+# --------------------------------------------------------------------------- value checkers
+# Each takes (name, value) and returns the normalized value or raises _Bad with the fix.
+
+
+class _Bad(ValueError):
+    pass
+
+
+def _int(low: int, high: int, example: str) -> Callable[[str, Any], int]:
+    def check(name: str, value: Any) -> int:
+        if isinstance(value, bool):
+            raise _Bad(f"{name} must be an integer, got the boolean {value!r}: e.g. {example}")
+        if isinstance(value, float):
+            raise _Bad(f"{name} must be an integer, got the number {_short(value)}: write it without a fraction, e.g. {example}")
+        if isinstance(value, str):
+            text = value.strip()
+            if not _INT_TEXT.match(text):
+                raise _Bad(f"{name} must be an integer, got {_short(value)}: e.g. {example}")
+            value = int(text)
+        if not isinstance(value, int):
+            raise _Bad(f"{name} must be an integer, got {type(value).__name__} {_short(value)}: e.g. {example}")
+        if not low <= value <= high:
+            raise _Bad(f"{name} must be between {low} and {high}, got {_short(value)}: e.g. {example}")
+        return value
+
+    return check
+
+
+def _fraction(name: str, value: Any) -> float:
+    if isinstance(value, bool):
+        raise _Bad(f"{name} must be a number in (0, 1], got the boolean {value!r}: e.g. 0.9")
+    if isinstance(value, str):
+        text = value.strip()
+        if not _FLOAT_TEXT.match(text):
+            raise _Bad(f"{name} must be a number in (0, 1], got {_short(value)}: e.g. 0.9")
+        value = float(text)
+    if isinstance(value, int):
+        value = float(value) if abs(value) < 2**53 else math.inf
+    if not isinstance(value, float):
+        raise _Bad(f"{name} must be a number in (0, 1], got {type(value).__name__} {_short(value)}: e.g. 0.9")
+    if not math.isfinite(value) or not 0.0 < value <= 1.0:
+        raise _Bad(f"{name} must be a number in (0, 1], got {_short(value)}: e.g. 0.9 (vLLM's default)")
+    return value
+
+
+def _bool(name: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on"):
+        return True
+    if isinstance(value, str) and value.strip().lower() in ("false", "no", "off"):
+        return False
+    raise _Bad(f"{name} must be true or false, got {_short(value)}")
+
+
+def _choice(choices: tuple[Any, ...], what: str) -> Callable[[str, Any], Any]:
+    def check(name: str, value: Any) -> Any:
+        if isinstance(value, str):
+            value = value.strip()
+        if isinstance(value, bool) or value not in choices:
+            raise _Bad(f"{name} must be one of {', '.join(map(str, choices))} ({what}), got {_short(value)}")
+        return value
+
+    return check
+
+
+def _block_size(name: str, value: Any) -> int:
+    number = _int(1, 1 << 16, "16")(name, value)
+    if number not in BLOCK_SIZES:
+        raise _Bad(
+            f"{name} must be one of {', '.join(map(str, BLOCK_SIZES))} (CUDA paged attention in vLLM 0.7.3), "
+            f"got {number}: leave it null for vLLM's 16"
+        )
+    return number
+
+
+def _text(pattern: re.Pattern[str], fix: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str):
+            raise _Bad(f"{name} must be a string, got {type(value).__name__} {_short(value)}: {fix}")
+        if not pattern.match(value):
+            raise _Bad(f"{name} is {_short(value)}, which is not valid: {fix}")
+        return value
+
+    return check
+
+
+def _model_id(name: str, value: Any) -> str:
+    text = _text(
+        _MODEL_ID_RE,
+        "use the ModelScope id 'owner/name' (letters, digits, '.', '_', '-'; no '..', no other '/'), "
+        "e.g. Qwen/Qwen2.5-14B-Instruct",
+    )(name, value)
+    if ".." in text:
+        raise _Bad(f"{name} is {_short(value)}, which contains '..': use the ModelScope id 'owner/name'")
+    return text
+
+
+def _served_name(name: str, value: Any) -> str:
+    if isinstance(value, str) and value.startswith("-"):
+        raise _Bad(f"{name} is {_short(value)}, which vLLM's parser would read as a flag: use a name like qwen14b")
+    return _text(
+        _SERVED_NAME_RE,
+        "use one word of letters, digits and ._:@+/- that starts with a letter or digit, e.g. qwen14b",
+    )(name, value)
+
+
+def _abs_dir(kind: str, example: str) -> Callable[[str, Any], str]:
+    def check(name: str, value: Any) -> str:
+        if not isinstance(value, str) or not value.strip():
+            raise _Bad(f"{name} must be an absolute directory path, got {_short(value)}: e.g. {example}")
+        if not value.startswith("/"):
+            raise _Bad(f"{name} is {_short(value)}, a relative path: use an absolute one, e.g. {example}")
+        if any(ch in value for ch in "\x00\n\r\t") or any(part in (".", "..") for part in value.split("/")):
+            raise _Bad(f"{name} is {_short(value)}: write it without '.', '..' or control characters, e.g. {example}")
+        norm = posixpath.normpath(value)
+        norm = "/" + norm.lstrip("/")
+        if norm in SYSTEM_DIRS:
+            raise _Bad(
+                f"{name} is {norm}, a system directory that gpubox would take over ({kind}): use a directory "
+                f"of its own, e.g. {example}"
+            )
+        for top in NO_TREE_UNDER:
+            if norm.startswith(top + "/"):
+                raise _Bad(
+                    f"{name} is {norm}, under {top}, which is no place for {kind}: use a directory of its own, "
+                    f"e.g. {example}"
+                )
+        return norm
+
+    return check
+
+
+def _api_key(name: str, value: Any) -> str:
+    # The value is a secret: no message ever quotes it.
+    if not isinstance(value, str) or not value:
+        raise _Bad(
+            f"{name} is empty: set vault_gpubox_api_key in Ansible Vault (`ansible-vault encrypt_string --name "
+            f"vault_gpubox_api_key`); vLLM must not serve without an API key"
+        )
+    if not _API_KEY_RE.match(value):
+        raise _Bad(
+            f"{name} (from vault_gpubox_api_key) must be {API_KEY_MIN} to 512 characters of letters, digits and "
+            f"{API_KEY_CHARS[9:]} (the value is not shown): generate one with `openssl rand -base64 32`"
+        )
+    return value
+
+
+def _model_config(name: str, value: Any) -> dict[str, Any]:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+
+    if not isinstance(value, Mapping):
+        raise _Bad(f"{name} must be a mapping of config.json facts (or null for a catalog model), got {_short(value)}")
+    try:
+        return model_catalog.inventory_model("gpubox_model_id", value)
+    except (ValueError, TypeError, KeyError, OverflowError) as exc:
+        raise _Bad(str(exc)) from None
+
+
+def flag_problem(arg: str) -> str | None:
+    """Why one extra vLLM argument is refused (None: it is fine).
+
+    vLLM 0.7.3's FlexibleArgumentParser reads '--a_b' as '--a-b', and argparse accepts any unique
+    prefix of a long flag ('--api-ke', '--max-model'), so a flag is refused when its spelling could
+    be read as the API key or as a flag gpubox renders from a fact.
+    """
+    if not arg.startswith("-") or arg == "-" or arg == "--":
+        return None
+    head = arg.split("=", 1)[0]
+    if head.startswith("--"):
+        flag = "--" + head[2:].replace("_", "-")
+        if len(flag) <= 2:
+            return None
+        for secret in SECRET_FLAGS:
+            if secret.startswith(flag):
+                return (
+                    f"{arg!r} would be read by vLLM's parser as {secret}: the API key must never be on the "
+                    "command line (ps, the journal); set vault_gpubox_api_key, the unit passes it as VLLM_API_KEY"
+                )
+        for rendered, source in RENDERED_FLAGS.items():
+            if rendered.startswith(flag):
+                return f"{arg!r} would be read by vLLM's parser as {rendered}, which gpubox renders: set {source} instead"
+        return None
+    for alias, rendered in FLAG_ALIASES.items():
+        if head.startswith(alias):
+            return f"{arg!r} is vLLM's {alias} ({rendered}), which gpubox renders: set {RENDERED_FLAGS[rendered]} instead"
+    return None
+
+
+def _extra_args(name: str, value: Any) -> list[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+        raise _Bad(f"{name} must be a list of strings, one argument per item, got {_short(value)}")
+    out: list[str] = []
+    for index, item in enumerate(value):
+        if not isinstance(item, (str, int, float)) or isinstance(item, bool):
+            raise _Bad(f"{name}[{index}] must be a string, got {type(item).__name__} {_short(item)}")
+        text = str(item)
+        if "\x00" in text or "\n" in text:
+            raise _Bad(f"{name}[{index}] contains a NUL or newline character: remove it")
+        problem = flag_problem(text)
+        if problem:
+            raise _Bad(f"{name}[{index}]: {problem}")
+        out.append(text)
+    return out
+
+
+def _gpu_name(name: str, value: Any) -> str:
+    return _text(re.compile(r"^\S(.{0,126}\S)?$"), "use nvidia-smi's product name, e.g. 'NVIDIA GeForce RTX 3090'")(
+        name, value
+    )
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# --------------------------------------------------------------------------- the facts
+
+
+@dataclass(frozen=True)
+class Fact:
+    """How one fact is checked. ``required``: null is an error (the topology group must set it)."""
+
+    check: Callable[[str, Any], Any]
+    required: bool = False
+    hint: str = ""
+
+
+_TOPOLOGY = "put the host in one topology group (gpu_2x3090, gpu_4x4090) whose group_vars set it"
+
+FACTS: dict[str, Fact] = {
+    "gpubox_gpu_name": Fact(_gpu_name, True, _TOPOLOGY),
+    "gpubox_gpu_count": Fact(_int(1, 64, "2"), True, _TOPOLOGY),
+    "gpubox_gpu_memory_mib": Fact(_int(1024, 1 << 22, "24576"), True, _TOPOLOGY),
+    "gpubox_model_id": Fact(_model_id, True, _TOPOLOGY),
+    "gpubox_model_revision": Fact(
+        _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"), True,
+        "set the revision to serve (a commit pins the weights)",
+    ),
+    "gpubox_model_dtype": Fact(_choice(DTYPES, "vLLM 0.7.3 --dtype"), True, "use auto, or the model's torch_dtype"),
+    "gpubox_model_quantization": Fact(_choice(QUANTIZATIONS, "vLLM 0.7.3 --quantization; null for none")),
+    "gpubox_model_config": Fact(_model_config),
+    "gpubox_tensor_parallel_size": Fact(_int(1, 64, "2"), True, _TOPOLOGY),
+    "gpubox_pipeline_parallel_size": Fact(_int(1, 64, "1"), True, "use 1"),
+    "gpubox_gpu_memory_utilization": Fact(_fraction, True, "use 0.9"),
+    "gpubox_max_model_len": Fact(_int(1, 1 << 24, "8192"), True, _TOPOLOGY),
+    "gpubox_max_num_seqs": Fact(_int(1, 1 << 16, "256"), True, "use 256 (vLLM's default)"),
+    "gpubox_max_num_batched_tokens": Fact(_int(1, 1 << 24, "8192")),
+    "gpubox_kv_cache_dtype": Fact(_choice(KV_CACHE_DTYPES, "vLLM 0.7.3 --kv-cache-dtype"), True, "use auto"),
+    "gpubox_block_size": Fact(_block_size),
+    "gpubox_enforce_eager": Fact(_bool, True, "use false"),
+    "gpubox_served_model_name": Fact(_served_name, True, _TOPOLOGY),
+    "gpubox_port": Fact(_int(1, 65535, "8000"), True, "use 8000"),
+    "gpubox_vllm_extra_args": Fact(_extra_args, True, "use []"),
+    "gpubox_api_key": Fact(_api_key, True, "set vault_gpubox_api_key in Ansible Vault"),
+    "gpubox_model_root": Fact(_abs_dir("the model store", "/data/models"), True, "use /data/models"),
+    "gpubox_env_prefix": Fact(_abs_dir("the Python environment", "/opt/gpubox/venv"), True, "use /opt/gpubox/venv"),
+}
+SECRET_FACTS = frozenset({"gpubox_api_key"})
+
+
+def check(name: str, value: Any) -> tuple[Any, str | None]:
+    """Check one fact: (normalized value, None) or (value, the error line). Never raises on input."""
+    fact = FACTS.get(name)
+    if fact is None:
+        return value, f"{name} is not a gpubox fact (known: {', '.join(sorted(FACTS))})"
+    if _is_unset(value):
+        if fact.required:
+            return None, f"{name} is not set: {fact.hint}"
+        return None, None
+    try:
+        return fact.check(name, value), None
+    except _Bad as exc:
+        return value, str(exc)
+    except Exception as exc:  # noqa: BLE001 - any odd input becomes a message, never a traceback
+        return value, f"{name} could not be read ({type(exc).__name__}): {_short(value)}"
+
+
+@dataclass
+class State:
+    """The checked desired state: normalized values, errors (one line each) and derived paths."""
+
+    values: dict[str, Any] = field(default_factory=dict)
+    errors: list[str] = field(default_factory=list)
+
+    @property
+    def model_name(self) -> str | None:
+        model_id = self.values.get("gpubox_model_id")
+        return model_id.rsplit("/", 1)[1] if isinstance(model_id, str) and "/" in model_id else None
+
+    @property
+    def model_dir(self) -> str | None:
+        root, name = self.values.get("gpubox_model_root"), self.model_name
+        return f"{root}/{name}" if isinstance(root, str) and name else None
+
+    def public(self) -> dict[str, Any]:
+        """The values without secrets, plus the derived names (what tasks and reports may show)."""
+        out = {k: v for k, v in self.values.items() if k not in SECRET_FACTS}
+        out["gpubox_api_key_set"] = "gpubox_api_key" in self.values and self.values["gpubox_api_key"] is not None
+        out["gpubox_model_name"] = self.model_name
+        out["gpubox_model_dir"] = self.model_dir
+        out["errors"] = list(self.errors)
+        return out
+
+
+def _cross_checks(state: State) -> None:
+    v = state.values
+    tp, pp, count = v.get("gpubox_tensor_parallel_size"), v.get("gpubox_pipeline_parallel_size"), v.get("gpubox_gpu_count")
+    if isinstance(tp, int) and isinstance(pp, int) and isinstance(count, int) and tp * pp > count:
+        state.errors.append(
+            f"gpubox_tensor_parallel_size x gpubox_pipeline_parallel_size = {tp * pp} GPUs but gpubox_gpu_count is "
+            f"{count}: lower gpubox_tensor_parallel_size or fix the topology group"
+        )
+    batched, seqs = v.get("gpubox_max_num_batched_tokens"), v.get("gpubox_max_num_seqs")
+    if isinstance(batched, int) and isinstance(seqs, int) and batched < seqs:
+        state.errors.append(
+            f"gpubox_max_num_batched_tokens ({batched}) must be >= gpubox_max_num_seqs ({seqs}) (vLLM 0.7.3 refuses "
+            "it): raise it or leave it null"
+        )
+    root, prefix = v.get("gpubox_model_root"), v.get("gpubox_env_prefix")
+    if isinstance(root, str) and isinstance(prefix, str):
+        if root == prefix or root.startswith(prefix + "/") or prefix.startswith(root + "/"):
+            state.errors.append(
+                f"gpubox_model_root ({root}) and gpubox_env_prefix ({prefix}) overlap: keep the model store and the "
+                "Python environment in separate directories"
+            )
+
+
+def validate(values: Mapping[str, Any]) -> State:
+    """Check every fact of ``values`` (a mapping of variable names; absent facts count as unset)."""
+    state = State()
+    if not isinstance(values, Mapping):
+        state.errors.append(f"the desired state must be a mapping of gpubox_* variables, got {type(values).__name__}")
+        return state
+    for name in FACTS:
+        try:
+            raw = values.get(name, UNSET)
+        except Exception:  # noqa: BLE001 - a broken mapping is reported, not raised
+            raw = UNSET
+        value, error = check(name, raw)
+        state.values[name] = value
+        if error:
+            state.errors.append(error)
+    _cross_checks(state)
+    return state
