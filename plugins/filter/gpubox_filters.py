@@ -6,7 +6,7 @@
     {{ plan | gpubox.gpubox.plan_table }}                 -> the plan as a text table
     {{ model_id | gpubox.gpubox.expected_model(config) }} -> the model facts preflight plans from
     {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
-    {{ profile | gpubox.gpubox.vllm_args }}               -> vLLM 0.7.3 api_server arguments
+    {{ state | gpubox.gpubox.vllm_args(host) }}           -> vLLM 0.7.3 api_server arguments
     {{ args | gpubox.gpubox.systemd_args }}               -> one ExecStart=/Environment= string
 
 The logic (and its tests) lives in module_utils; errors that are the user's are raised as
@@ -69,9 +69,10 @@ def state_errors(values: Mapping[str, Any]) -> list[str]:
     return desired_state.validate(values).errors
 
 
-def vllm_args(profile: Mapping[str, Any]) -> list[str]:
+def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_requests: bool = True) -> list[str]:
+    """vLLM 0.7.3 api_server arguments from the desired state (gpubox_* facts) and the role's knobs."""
     try:
-        return vllm_cmdline.vllm_args(profile)
+        return vllm_cmdline.vllm_args(state, host, disable_log_requests)
     except vllm_cmdline.VllmProfileError as exc:
         raise AnsibleFilterError(f"gpubox.gpubox.vllm_args: {exc}") from exc
 

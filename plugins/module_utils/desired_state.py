@@ -158,9 +158,9 @@ def _fraction(name: str, value: Any) -> float:
 def _bool(name: str, value: Any) -> bool:
     if isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "yes", "on"):
+    if isinstance(value, str) and value.strip().lower() == "true":
         return True
-    if isinstance(value, str) and value.strip().lower() in ("false", "no", "off"):
+    if isinstance(value, str) and value.strip().lower() == "false":
         return False
     raise _Bad(f"{name} must be true or false, got {_short(value)}")
 

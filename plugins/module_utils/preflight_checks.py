@@ -29,7 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, desired_state
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 
 GIB = 1024**3
@@ -53,31 +53,6 @@ PCI_DEVICE_IDS = {
     "NVIDIA H200": "0x2335",
 }
 
-# Inventory variables read as integers/floats; strings such as "2" (from -e key=value) are accepted.
-_INT_VARS = (
-    "gpubox_gpu_count",
-    "gpubox_gpu_memory_mib",
-    "gpubox_tensor_parallel_size",
-    "gpubox_pipeline_parallel_size",
-    "gpubox_max_model_len",
-    "gpubox_max_num_seqs",
-    "gpubox_max_num_batched_tokens",
-    "gpubox_block_size",
-    "gpubox_port",
-)
-_FLOAT_VARS = ("gpubox_gpu_memory_utilization",)
-_REQUIRED_VARS = (
-    "gpubox_gpu_name",
-    "gpubox_gpu_count",
-    "gpubox_gpu_memory_mib",
-    "gpubox_model_id",
-    "gpubox_tensor_parallel_size",
-    "gpubox_gpu_memory_utilization",
-    "gpubox_max_model_len",
-)
-_TOPOLOGY_HINT = "put the host in one topology group (gpu_2x3090, gpu_4x4090) whose group_vars set it"
-
-
 @dataclass
 class _Report:
     errors: list[str] = field(default_factory=list)
@@ -100,26 +75,30 @@ def _is_number(value: Any) -> bool:
 
 
 def _coerce(value: Any, kind: type) -> Any:
-    """ "2" -> 2 and "0.9" -> 0.9 (extra vars arrive as strings); anything else is returned unchanged."""
+    """ "2" -> 2 and "0.9" -> 0.9 for preflight's own settings (extra vars arrive as strings)."""
     if isinstance(value, str):
         text = value.strip()
-        if kind is int and re.fullmatch(r"[+-]?\d+", text):
+        if kind is int and re.fullmatch(r"[+-]?\d{1,19}", text):
             return int(text)
-        if kind is float and re.fullmatch(r"[+-]?(\d+\.?\d*|\.\d+)", text):
+        if kind is float and re.fullmatch(r"[+-]?(\d{1,12}\.?\d{0,12}|\.\d{1,12})", text):
             return float(text)
     return value
 
 
-def normalize_config(config: dict[str, Any]) -> dict[str, Any]:
-    """A copy of ``config`` with numeric strings of the numeric inventory variables made numbers."""
-    out = dict(config)
-    for name in _INT_VARS:
-        if name in out:
-            out[name] = _coerce(out[name], int)
-    for name in _FLOAT_VARS:
-        if name in out:
-            out[name] = _coerce(out[name], float)
-    return out
+def desired(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """The checked desired state: (normalized facts + gpubox_model_dir, errors), by desired_state.
+
+    ``config`` is either the gpubox.gpubox.desired_state lookup's result (already checked: it carries
+    ``errors`` and ``gpubox_api_key_set``) or raw inventory variables, which are checked here.
+    """
+    if isinstance(config.get("errors"), list) and "gpubox_api_key_set" in config:
+        values = {name: config.get(name) for name in desired_state.FACTS if name not in desired_state.SECRET_FACTS}
+        values["gpubox_model_dir"] = config.get("gpubox_model_dir")
+        return values, [str(e) for e in config["errors"]]
+    state = desired_state.validate(config)
+    values = {k: v for k, v in state.values.items() if k not in desired_state.SECRET_FACTS}
+    values["gpubox_model_dir"] = state.model_dir
+    return values, list(state.errors)
 
 
 def _gib(value: float) -> str:
@@ -167,12 +146,6 @@ def _check_settings(config: dict[str, Any], report: _Report) -> tuple[float, int
     return float(factor), headroom, list(supported)
 
 
-def _check_required(config: dict[str, Any], report: _Report) -> None:
-    for name in _REQUIRED_VARS:
-        if config.get(name) is None:
-            report.errors.append(f"{name} is not set: {_TOPOLOGY_HINT}")
-
-
 def _check_os(host: dict[str, Any], supported: list[str], report: _Report) -> None:
     distribution = str(host.get("distribution") or "")
     version = str(host.get("distribution_version") or "")
@@ -186,20 +159,12 @@ def _check_os(host: dict[str, Any], supported: list[str], report: _Report) -> No
         )
 
 
-def _check_port_and_name(config: dict[str, Any], report: _Report) -> None:
+def _check_port(config: dict[str, Any], report: _Report) -> None:
     port = config.get("gpubox_port")
-    if port is not None:
-        if not _is_int(port) or not 1 <= port <= 65535:
-            report.errors.append(f"gpubox_port must be an integer in 1-65535, got {port!r}: vLLM's default is 8000")
-        elif port < PRIVILEGED_PORTS_BELOW:
-            report.warnings.append(
-                f"gpubox_port is {port} (< {PRIVILEGED_PORTS_BELOW}): vLLM runs as an unprivileged system "
-                "user and cannot bind it without CAP_NET_BIND_SERVICE; use 8000 behind a proxy"
-            )
-    name = config.get("gpubox_served_model_name")
-    if name is not None and (not isinstance(name, str) or not name.strip() or re.search(r"\s", name)):
-        report.errors.append(
-            f"gpubox_served_model_name must be a non-empty name without spaces, got {name!r}: e.g. qwen14b"
+    if _is_int(port) and port < PRIVILEGED_PORTS_BELOW:
+        report.warnings.append(
+            f"gpubox_port is {port} (< {PRIVILEGED_PORTS_BELOW}): vLLM runs as an unprivileged system "
+            "user and cannot bind it without CAP_NET_BIND_SERVICE; use 8000 behind a proxy"
         )
 
 
@@ -309,33 +274,39 @@ def _check_parallel_vs_present(config: dict[str, Any], present: int | None, repo
         )
 
 
-def _model_facts(config: dict[str, Any], report: _Report) -> dict[str, Any] | None:
-    model_id = config.get("gpubox_model_id")
-    if model_id is None:
-        return None  # reported by _check_required
-    if not isinstance(model_id, str):
-        report.errors.append(f"gpubox_model_id must be a ModelScope id string, got {model_id!r}")
-        return None
+def _model_facts(facts: dict[str, Any], refused: set[str], report: _Report) -> dict[str, Any] | None:
+    if facts.get("gpubox_model_id") is None or refused & {"gpubox_model_config", "gpubox_model_dtype"}:
+        return None  # reported by the desired state
     try:
         # The catalog entry, or gpubox_model_config for a model the catalog does not carry.
-        return model_catalog.planned_model(config)
+        return model_catalog.planned_model(facts)
     except (model_catalog.UnknownModelError, ValueError) as exc:
         report.errors.append(str(exc))
         return None
 
 
-def _check_plan(config: dict[str, Any], model: dict[str, Any] | None, report: _Report) -> dict | None:
-    gpu, serving = capacity_planner.inventory_inputs(config)
-    if model is not None:
+def _is_about(error: str, names: set[str]) -> bool:
+    head = re.split(r"[\s:(]", error, maxsplit=1)[0]
+    return head in names
+
+
+def _check_plan(
+    facts: dict[str, Any], model: dict[str, Any] | None, refused: set[str], report: _Report
+) -> dict | None:
+    gpu, serving = capacity_planner.inventory_inputs(facts)
+    if model is not None and not refused:
         result = capacity_planner.plan(model, gpu, serving)
         report.errors.extend(result["errors"])
         report.warnings.extend(result["warnings"])
         return result
-    # Without model facts the serving profile and GPU variables are still validated (the planner's
-    # complaint about the missing model facts is left out: the unknown model is already reported).
-    result = capacity_planner.plan({}, gpu, serving)
+    # With a refused fact or no model facts there is no plan to show; what the planner finds about
+    # the facts that were not refused is still reported (the missing model facts are not: the
+    # unknown model is already reported).
+    result = capacity_planner.plan(model or {}, gpu, serving)
     model_prefix = f"{capacity_planner.var('model')}: model facts"
-    report.errors.extend(e for e in result["errors"] if not e.startswith(model_prefix))
+    report.errors.extend(
+        e for e in result["errors"] if not e.startswith(model_prefix) and not _is_about(e, refused | {"None"})
+    )
     return None
 
 
@@ -366,13 +337,13 @@ def _check_ram(host: dict[str, Any], model: dict[str, Any] | None, factor: float
 def _check_disk(
     host: dict[str, Any], config: dict[str, Any], model: dict[str, Any] | None, headroom: int, report: _Report
 ) -> None:
-    root = config.get("model_store_root") or "?"
+    root = config.get("gpubox_model_root") or "?"
     free = host.get("disk_free_bytes")
     mount = host.get("disk_mount") or "?"
     if not _is_int(free) or free < 0:
         report.row(f"disk at {root}", "unknown", False)
         report.errors.append(
-            f"free space at model_store_root ({root}) is unknown (disk_free_bytes {free!r}): make its parent "
+            f"free space at gpubox_model_root ({root}) is unknown (disk_free_bytes {free!r}): make its parent "
             "directory readable and `df` available"
         )
         return
@@ -386,21 +357,16 @@ def _check_disk(
     report.row(f"disk at {root}", f"{_gib(free)} free on {mount} (need {_gib(need)})", ok)
     if not ok:
         report.errors.append(
-            f"model_store_root ({root}, filesystem {mount}) has {_gib(free)} free but the model needs "
+            f"gpubox_model_root ({root}, filesystem {mount}) has {_gib(free)} free but the model needs "
             f"{_gib(need)} (weights {_gib(model['weights_bytes'])} - {_gib(present)} already there + "
-            f"preflight_disk_headroom_bytes {_gib(headroom)}): free space, or point model_store_root at a "
+            f"preflight_disk_headroom_bytes {_gib(headroom)}): free space, or point gpubox_model_root at a "
             "larger filesystem"
         )
 
 
-def _check_api_key(config: dict[str, Any], report: _Report) -> None:
-    ok = config.get("api_key_set") is True
-    report.row("API key", "set" if ok else "missing", ok)
-    if not ok:
-        report.errors.append(
-            "vault_gpubox_api_key is not set: add it to the inventory with `ansible-vault encrypt_string "
-            "--name vault_gpubox_api_key` (vLLM must not serve without an API key)"
-        )
+def _check_api_key(config: dict[str, Any], state_errors: list[str], report: _Report) -> None:
+    ok = not any(e.startswith("gpubox_api_key") for e in state_errors)
+    report.row("API key", "valid" if ok else "missing or invalid", ok)
 
 
 def _check_secure_boot(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
@@ -452,21 +418,24 @@ def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
             f"{type(config).__name__}"
         )
         return {"errors": report.errors, "warnings": [], "plan": None, "table": ""}
-    config = normalize_config(config)
     factor, headroom, supported = _check_settings(config, report)
-    _check_required(config, report)
+    facts, state_errors = desired(config)
+    report.errors.extend(state_errors)
+    # A fact the desired state refused is not checked again under another wording.
+    refused = {name for name in desired_state.FACTS if any(e.startswith(name) for e in state_errors)}
+    facts = {k: (None if k in refused else v) for k, v in facts.items()}
     _check_os(host, supported, report)
-    present = _check_gpus(host, config, report)
-    _check_parallel_vs_present(config, present, report)
-    _check_port_and_name(config, report)
-    model = _model_facts(config, report)
-    plan = _check_plan(config, model, report)
+    present = _check_gpus(host, facts, report)
+    _check_parallel_vs_present(facts, present, report)
+    _check_port(facts, report)
+    model = _model_facts(facts, refused, report)
+    plan = _check_plan(facts, model, refused, report)
     _check_ram(host, model, factor, report)
-    _check_disk(host, config, model, headroom, report)
-    _check_api_key(config, report)
+    _check_disk(host, facts, model, headroom, report)
+    _check_api_key(facts, state_errors, report)
     _check_secure_boot(host, config, report)
     # One line per problem: the same message from two checks is reported once.
     errors = list(dict.fromkeys(report.errors))
     warnings = list(dict.fromkeys(report.warnings))
     report.errors, report.warnings = errors, warnings
-    return {"errors": errors, "warnings": warnings, "plan": plan, "table": _table(config, report, plan)}
+    return {"errors": errors, "warnings": warnings, "plan": plan, "table": _table(facts, report, plan)}

@@ -1,12 +1,11 @@
 """Render the command line of vLLM 0.7.3's OpenAI-compatible server from a serving profile.
 
-Pure functions, no Ansible imports: the filter plugin (plugins/filter/gpubox_vllm.py) wraps them,
+Pure functions, no Ansible imports: the filter plugin (plugins/filter/gpubox_filters.py) wraps them,
 tests/unit/test_vllm_args.py tests them, and tests/vllm073/ feeds their output to the real 0.7.3
 argument parser.
 
-The profile is a dict whose keys are the role variables without their ``vllm_service_`` prefix
-(``tensor_parallel_size`` for ``vllm_service_tensor_parallel_size``), so every error names the
-variable the user has to fix.
+The command line is rendered from the desired state (the gpubox_* facts), each checked by
+desired_state.py, the one validator preflight uses too, so every error names the variable to fix.
 """
 
 from __future__ import annotations
@@ -15,197 +14,78 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-VAR_PREFIX = "vllm_service_"
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
 
-# Flags this renderer owns. An extra argument repeating one of them would silently win over the
-# profile (argparse keeps the last value), so it is refused instead.
-RENDERED_FLAGS: frozenset[str] = frozenset(
-    {
-        "--model",
-        "--served-model-name",
-        "--host",
-        "--port",
-        "--tensor-parallel-size",
-        "--pipeline-parallel-size",
-        "--gpu-memory-utilization",
-        "--max-model-len",
-        "--max-num-seqs",
-        "--max-num-batched-tokens",
-        "--dtype",
-        "--quantization",
-        "--kv-cache-dtype",
-        "--block-size",
-        "--enforce-eager",
-        "--disable-log-requests",
-    }
+# Flags rendered from facts, in order: (flag, fact). Boolean facts render as a bare flag when true.
+_VALUE_FLAGS = (
+    ("--served-model-name", "gpubox_served_model_name"),
 )
-# Short aliases vLLM 0.7.3 defines for rendered flags.
-FLAG_ALIASES: dict[str, str] = {
-    "-tp": "--tensor-parallel-size",
-    "-pp": "--pipeline-parallel-size",
-    "-q": "--quantization",
-}
-
-# Rendered flags whose variable is not simply the flag name with underscores.
-_FLAG_VARIABLE: dict[str, str] = {"--model": "model_dir"}
-
-SECRET_FLAGS: frozenset[str] = frozenset({"--api-key"})
+_SERVING_FLAGS = (
+    ("--tensor-parallel-size", "gpubox_tensor_parallel_size"),
+    ("--pipeline-parallel-size", "gpubox_pipeline_parallel_size"),
+    ("--gpu-memory-utilization", "gpubox_gpu_memory_utilization"),
+    ("--max-model-len", "gpubox_max_model_len"),
+    ("--max-num-seqs", "gpubox_max_num_seqs"),
+    ("--max-num-batched-tokens", "gpubox_max_num_batched_tokens"),
+    ("--dtype", "gpubox_model_dtype"),
+    ("--quantization", "gpubox_model_quantization"),
+    ("--kv-cache-dtype", "gpubox_kv_cache_dtype"),
+    ("--block-size", "gpubox_block_size"),
+)
+# Values equal to vLLM's own default are left out (the command line stays the seed's).
+_OMIT_WHEN = {"gpubox_pipeline_parallel_size": 1, "gpubox_kv_cache_dtype": "auto"}
+RENDERED_FLAGS = frozenset(desired_state.RENDERED_FLAGS)
+SECRET_FLAGS = frozenset(desired_state.SECRET_FLAGS)
 
 # Characters systemd passes through unquoted in ExecStart= (no whitespace, quotes, backslash,
 # specifier '%', variable '$' or ';' command separator).
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
+_HOST = re.compile(r"^[A-Za-z0-9.:_-]{1,253}$")
 
 
 class VllmProfileError(ValueError):
-    """A serving profile value that cannot be rendered; the message names the variable."""
+    """A fact or knob that cannot be rendered; the message names the variable."""
 
 
-def _var(key: str) -> str:
-    return f"{VAR_PREFIX}{key}"
-
-
-def _is_unset(value: Any) -> bool:
-    return value is None or (isinstance(value, str) and value.strip() in ("", "None", "null"))
-
-
-def _require(profile: Mapping[str, Any], key: str) -> Any:
-    if key not in profile or _is_unset(profile[key]):
-        raise VllmProfileError(f"{_var(key)} is required for the vLLM command line but is empty or unset.")
-    return profile[key]
-
-
-def _as_int(profile: Mapping[str, Any], key: str, minimum: int, maximum: int | None = None) -> int:
-    value = _require(profile, key)
-    if isinstance(value, bool):
-        raise VllmProfileError(f"{_var(key)} must be an integer, got the boolean {value!r}.")
-    try:
-        number = int(str(value).strip())
-    except ValueError:
-        raise VllmProfileError(f"{_var(key)} must be an integer, got {value!r}.") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        upper = f" and <= {maximum}" if maximum is not None else ""
-        raise VllmProfileError(f"{_var(key)} must be >= {minimum}{upper}, got {number}.")
-    return number
-
-
-def _as_optional_int(profile: Mapping[str, Any], key: str, minimum: int) -> int | None:
-    if _is_unset(profile.get(key)):
-        return None
-    return _as_int(profile, key, minimum)
-
-
-def _as_fraction(profile: Mapping[str, Any], key: str) -> float:
-    value = _require(profile, key)
-    try:
-        number = float(str(value).strip())
-    except ValueError:
-        raise VllmProfileError(f"{_var(key)} must be a number in (0, 1], got {value!r}.") from None
-    if not 0.0 < number <= 1.0:
-        raise VllmProfileError(f"{_var(key)} must be in (0, 1], got {number}.")
-    return number
-
-
-def _as_bool(profile: Mapping[str, Any], key: str, default: bool) -> bool:
-    value = profile.get(key, default)
-    if value is None:
-        return default
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise VllmProfileError(f"{_var(key)} must be a boolean, got {value!r}.")
-
-
-def _as_word(profile: Mapping[str, Any], key: str) -> str:
-    value = str(_require(profile, key)).strip()
-    if not value or any(ch.isspace() for ch in value):
-        raise VllmProfileError(f"{_var(key)} must be a single word without whitespace, got {value!r}.")
+def _fact(state: Mapping[str, Any], name: str) -> Any:
+    value, error = desired_state.check(name, state.get(name, desired_state.UNSET))
+    if error:
+        raise VllmProfileError(error)
     return value
 
 
-def _flag_name(arg: str) -> str:
-    name = arg.split("=", 1)[0]
-    return FLAG_ALIASES.get(name, name)
+def _text(value: Any) -> str:
+    return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def check_extra_args(extra: Sequence[Any]) -> list[str]:
-    """Return extra arguments as strings; refuse secrets and flags the profile already renders."""
-    if isinstance(extra, (str, bytes)) or not isinstance(extra, Sequence):
-        raise VllmProfileError(
-            f"{_var('extra_args')} must be a list of strings (one argument per item), got {extra!r}."
-        )
-    args = [str(item) for item in extra]
-    for arg in args:
-        name = _flag_name(arg)
-        if name in SECRET_FLAGS:
-            raise VllmProfileError(
-                f"{_var('extra_args')} contains {name}: the API key must never be on the command line "
-                "(it would show in ps and the journal). Set vllm_service_api_key (from "
-                "vault_gpubox_api_key); the unit passes it as VLLM_API_KEY from /etc/gpubox/vllm.env."
-            )
-        if name in RENDERED_FLAGS:
-            raise VllmProfileError(
-                f"{_var('extra_args')} contains {name}, which is rendered from its own variable; "
-                f"set {_var(_FLAG_VARIABLE.get(name, name.lstrip('-').replace('-', '_')))} instead."
-            )
-    return args
-
-
-def vllm_args(profile: Mapping[str, Any]) -> list[str]:
+def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_requests: bool = True) -> list[str]:
     """Return the arguments for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.7.3).
 
-    Required keys: model_dir, served_model_name, host, port, tensor_parallel_size,
-    gpu_memory_utilization, max_model_len, max_num_seqs, dtype.
-    Optional keys: pipeline_parallel_size (1), max_num_batched_tokens, quantization,
-    kv_cache_dtype ("auto"), block_size, enforce_eager (False), disable_log_requests (True),
-    extra_args ([]).
+    ``state`` maps gpubox_* fact names to values (the gpubox.gpubox.desired_state lookup's result, or
+    the inventory's variables); every fact is checked by desired_state, the one validator, so an error
+    names the variable. ``host`` is vllm_service_host; ``disable_log_requests`` the role's knob.
     """
-    if not isinstance(profile, Mapping):
-        raise VllmProfileError(f"the vLLM serving profile must be a mapping, got {type(profile).__name__}.")
-
-    args: list[str] = [
-        "--model",
-        _as_word(profile, "model_dir"),
-        "--served-model-name",
-        _as_word(profile, "served_model_name"),
-        "--host",
-        _as_word(profile, "host"),
-        "--port",
-        str(_as_int(profile, "port", 1, 65535)),
-        "--tensor-parallel-size",
-        str(_as_int(profile, "tensor_parallel_size", 1)),
-    ]
-    pipeline = _as_optional_int(profile, "pipeline_parallel_size", 1) or 1
-    if pipeline > 1:
-        args += ["--pipeline-parallel-size", str(pipeline)]
-    args += [
-        "--gpu-memory-utilization",
-        format(_as_fraction(profile, "gpu_memory_utilization"), "g"),
-        "--max-model-len",
-        str(_as_int(profile, "max_model_len", 1)),
-        "--max-num-seqs",
-        str(_as_int(profile, "max_num_seqs", 1)),
-    ]
-    batched = _as_optional_int(profile, "max_num_batched_tokens", 1)
-    if batched is not None:
-        args += ["--max-num-batched-tokens", str(batched)]
-    args += ["--dtype", _as_word(profile, "dtype")]
-    if not _is_unset(profile.get("quantization")):
-        args += ["--quantization", _as_word(profile, "quantization")]
-    kv_cache_dtype = profile.get("kv_cache_dtype")
-    if not _is_unset(kv_cache_dtype) and str(kv_cache_dtype).strip() != "auto":
-        args += ["--kv-cache-dtype", _as_word(profile, "kv_cache_dtype")]
-    block_size = _as_optional_int(profile, "block_size", 1)
-    if block_size is not None:
-        args += ["--block-size", str(block_size)]
-    if _as_bool(profile, "enforce_eager", False):
+    if not isinstance(state, Mapping):
+        raise VllmProfileError(f"the desired state must be a mapping of gpubox_* facts, got {type(state).__name__}.")
+    if not isinstance(host, str) or not _HOST.match(host):
+        raise VllmProfileError(f"vllm_service_host must be an address or host name, got {host!r}.")
+    if not isinstance(disable_log_requests, bool):
+        raise VllmProfileError(f"vllm_service_disable_log_requests must be true or false, got {disable_log_requests!r}.")
+    root, model_id = _fact(state, "gpubox_model_root"), _fact(state, "gpubox_model_id")
+    args = ["--model", f"{root}/{model_id.rsplit('/', 1)[1]}"]
+    for flag, name in _VALUE_FLAGS:
+        args += [flag, _text(_fact(state, name))]
+    args += ["--host", host, "--port", str(_fact(state, "gpubox_port"))]
+    for flag, name in _SERVING_FLAGS:
+        value = _fact(state, name)
+        if value is None or _OMIT_WHEN.get(name, object()) == value:
+            continue
+        args += [flag, _text(value)]
+    if _fact(state, "gpubox_enforce_eager"):
         args.append("--enforce-eager")
-    if _as_bool(profile, "disable_log_requests", True):
+    if disable_log_requests:
         args.append("--disable-log-requests")
-    args += check_extra_args(profile.get("extra_args") or [])
+    args += _fact(state, "gpubox_vllm_extra_args")
     return args
 
 

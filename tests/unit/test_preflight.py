@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
+import ansible_vars
 import pytest
 import yaml
 
@@ -21,6 +22,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers
 from ansible_collections.gpubox.gpubox.plugins.module_utils import preflight_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"
@@ -71,13 +73,10 @@ def sysfs_fact(box: str, root: Path, drop: int = 0) -> dict:
 
 
 def group_config(group: str) -> dict:
-    merged: dict = {}
-    for name in ("gpu_boxes", group):
-        merged.update(yaml.safe_load((GROUP_VARS / f"{name}.yml").read_text()) or {})
+    """The raw gpubox_* facts of a box of ``group`` as Ansible resolves them, plus preflight's settings."""
+    merged = ansible_vars.facts(f"unit-{group}", groups=(group,))
     merged.update(
         {
-            "model_store_root": "/data/models",
-            "api_key_set": True,
             "preflight_ram_factor": 2.0,
             "preflight_disk_headroom_bytes": 10 * GIB,
             "preflight_supported_os": ["Ubuntu 22.04", "Debian 12"],
@@ -139,7 +138,7 @@ def test_model_already_on_disk_needs_only_the_headroom() -> None:
     host = healthy_host("gpu_2x3090") | {"disk_free_bytes": 11 * GIB, "model_bytes_present": 29_540_067_328}
     assert preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"] == []
     host["model_bytes_present"] = 0
-    assert any("model_store_root" in e for e in preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"])
+    assert any("gpubox_model_root" in e for e in preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"])
 
 
 # --- the bad-inputs suite -----------------------------------------------------------------------
@@ -269,15 +268,15 @@ BAD_CASES: list[tuple[str, str, Mutation, str]] = [
     ("ram-16gb", "gpu_2x3090", _host(memtotal_mb=16 * 1024), "preflight_ram_factor"),
     ("ram-unknown", "gpu_2x3090", _host(memtotal_mb=None), "memtotal_mb"),
     ("ram-factor-abc", "gpu_2x3090", _cfg(preflight_ram_factor="abc"), "preflight_ram_factor"),
-    ("disk-too-small", "gpu_2x3090", _host(disk_free_bytes=20 * GIB), "model_store_root"),
-    ("disk-unknown", "gpu_2x3090", _host(disk_free_bytes=None), "model_store_root"),
+    ("disk-too-small", "gpu_2x3090", _host(disk_free_bytes=20 * GIB), "gpubox_model_root"),
+    ("disk-unknown", "gpu_2x3090", _host(disk_free_bytes=None), "gpubox_model_root"),
     (
         "disk-headroom-negative",
         "gpu_2x3090",
         _cfg(preflight_disk_headroom_bytes=-1),
         "preflight_disk_headroom_bytes",
     ),
-    ("missing-api-key", "gpu_2x3090", _cfg(api_key_set=False), "vault_gpubox_api_key"),
+    ("missing-api-key", "gpu_2x3090", _cfg(gpubox_api_key=""), "vault_gpubox_api_key"),
     ("ubuntu-20.04", "gpu_2x3090", _host(distribution_version="20.04"), "preflight_supported_os"),
     ("ubuntu-22.10", "gpu_2x3090", _host(distribution_version="22.10"), "preflight_supported_os"),
     (
@@ -322,7 +321,7 @@ def test_bad_suite_is_large_enough_and_ids_are_unique() -> None:
 
 def test_all_errors_are_reported_at_once_not_only_the_first() -> None:
     host = healthy_host("gpu_2x3090") | {"memtotal_mb": 16 * 1024, "distribution_version": "20.04"}
-    config = group_config("gpu_2x3090") | {"api_key_set": False, "gpubox_max_num_seqs": 0}
+    config = group_config("gpu_2x3090") | {"gpubox_api_key": "", "gpubox_max_num_seqs": 0}
     errors = preflight_checks.preflight(host, config)["errors"]
     for variable in (
         "preflight_ram_factor",
@@ -436,7 +435,7 @@ def test_role_defaults_and_argument_specs_declare_the_same_variables() -> None:
 
 def test_role_supported_os_default_matches_its_vars_files() -> None:
     defaults = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
-    vars_files = {p.stem for p in (ROLE / "vars").glob("*.yml")}
+    vars_files = {p.stem for p in (ROLE / "vars").glob("*.yml")} - {"main"}
     assert {entry.replace(" ", "-").split(".")[0] for entry in defaults["preflight_supported_os"]} == vars_files
 
 
@@ -480,7 +479,7 @@ def sim_cpu_engine_config() -> dict:
 
 def test_serving_scenario_plans_its_tiny_model_from_the_inventory() -> None:
     config = sim_cpu_engine_config()
-    assert config["gpubox_model_id"] not in preflight_checks.gpubox_models.CATALOG
+    assert config["gpubox_model_id"] not in model_catalog.CATALOG
     result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["errors"] == []
     assert result["plan"]["fits"] is True
@@ -492,7 +491,7 @@ def test_serving_scenario_plans_its_tiny_model_from_the_inventory() -> None:
 
 def test_model_config_replaces_the_catalog_entry() -> None:
     # Same id as a catalog model, but the inventory's facts win: 8x the weights no longer fit 2 x 24 GiB.
-    entry = dict(preflight_checks.gpubox_models.CATALOG["Qwen/Qwen2.5-14B-Instruct"])
+    entry = dict(model_catalog.CATALOG["Qwen/Qwen2.5-14B-Instruct"])
     entry["weights_bytes"] *= 8
     config = group_config("gpu_2x3090") | {"gpubox_model_config": entry}
     result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
@@ -543,5 +542,5 @@ def test_tiny_model_facts_match_the_generated_model(tmp_path: Path) -> None:
     )
     facts = sim_cpu_engine_config()["gpubox_model_config"]
     config_json = json.loads((tmp_path / "m" / "config.json").read_text())
-    assert preflight_checks.gpubox_models.config_mismatches(facts, config_json) == []
+    assert model_catalog.config_mismatches(facts, config_json) == []
     assert facts["weights_bytes"] == (tmp_path / "m" / "model.safetensors").stat().st_size

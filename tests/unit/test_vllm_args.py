@@ -1,73 +1,49 @@
-"""Pure tests of the vLLM 0.7.3 command-line renderer (plugins/module_utils/vllm_cmdline.py).
+"""Tests of the vLLM 0.7.3 command-line renderer (plugins/module_utils/vllm_cmdline.py).
 
-Profiles come from the real role and inventory: roles/vllm_service/defaults + vars/main.yml
-templated by Ansible over inventories/production/group_vars, so a wrong mapping from gpubox_*
-variables to flags fails here. tests/vllm073 feeds the same profiles to vLLM's own parser.
+The state comes from the real inventory and roles as Ansible resolves them (tests/unit/ansible_vars.py:
+gpubox defaults < group_vars < extra vars, templated through the gpubox.gpubox.desired_state lookup),
+so a wrong mapping from gpubox_* facts to flags fails here. tests/vllm073 feeds the same command
+lines to vLLM's own parser.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import shlex
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
+from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import (
+    VllmProfileError,
+    systemd_quote,
+    systemd_quote_arg,
+    vllm_args,
+)
+from ansible_vars import render
 
-REPO = Path(__file__).resolve().parents[2]
-# The role's vars use the gpubox_* filters; find them wherever pytest is started from.
-os.environ.setdefault("ANSIBLE_FILTER_PLUGINS", str(REPO / "plugins" / "filter"))
-
-from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import VllmProfileError, systemd_quote, systemd_quote_arg, vllm_args
-
-GROUP_VARS = REPO / "inventories" / "production" / "group_vars"
-ROLE = REPO / "roles" / "vllm_service"
 TOPOLOGIES = ("gpu_2x3090", "gpu_4x4090")
-_LOADER_READY = False
 
 
-def _trust(value: Any) -> Any:
-    from ansible.template import trust_as_template
-
-    if isinstance(value, str):
-        return trust_as_template(value)
-    if isinstance(value, dict):
-        return {key: _trust(item) for key, item in value.items()}
-    if isinstance(value, list):
-        return [_trust(item) for item in value]
-    return value
+def group_state(group: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The checked desired state of a host of ``group`` in the production inventory."""
+    return render(
+        _host(group), "query('gpubox.gpubox.desired_state') | first", extra_vars=overrides, groups=(group,)
+    )
 
 
-def role_variables(group: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """Role defaults < group_vars (gpu_boxes, then the topology) < role vars, as Ansible orders them."""
-    variables: dict[str, Any] = {}
-    for path in (ROLE / "defaults" / "main.yml", GROUP_VARS / "gpu_boxes.yml", GROUP_VARS / f"{group}.yml"):
-        variables.update(yaml.safe_load(path.read_text()))
-    variables.update(overrides or {})
-    variables.update(yaml.safe_load((ROLE / "vars" / "main.yml").read_text()))
-    variables["role_path"] = str(ROLE)
-    return _trust(variables)
-
-
-def role_template(group: str, name: str, overrides: dict[str, Any] | None = None) -> Any:
-    """Template one of the role's variables with Ansible itself; plain Python types come back."""
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.plugins.loader import init_plugin_loader
-    from ansible.template import Templar
-
-    global _LOADER_READY
-    if not _LOADER_READY:
-        init_plugin_loader()
-        _LOADER_READY = True
-    variables = role_variables(group, overrides)
-    value = Templar(loader=DataLoader(), variables=variables).template(variables[name])
-    return json.loads(json.dumps(value))
+def _host(group: str) -> str:
+    return f"unit-{group}"
 
 
 def role_profile(group: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    return role_template(group, "__vllm_service_profile", overrides)
+    """The state the vllm_service role renders from (kept under this name for tests/vllm073)."""
+    return group_state(group, overrides)
+
+
+def exec_start(group: str, overrides: dict[str, Any] | None = None) -> str:
+    return render(
+        _host(group), "__vllm_service_exec_start", roles=("gpubox", "vllm_service"), extra_vars=overrides,
+        groups=(group,),
+    )  # fmt: skip
 
 
 def _flag(args: list[str], name: str) -> str | None:
@@ -103,10 +79,10 @@ def test_4x4090_renders_awq_on_four_gpus() -> None:
 
 @pytest.mark.parametrize("group", TOPOLOGIES)
 def test_no_api_key_on_the_command_line(group: str) -> None:
-    exec_start = role_template(group, "__vllm_service_exec_start", {"vault_gpubox_api_key": "s3cret-key"})
-    assert "--api-key" not in exec_start
-    assert "s3cret-key" not in exec_start
-    assert exec_start.startswith("/opt/gpubox/venv/bin/python -m vllm.entrypoints.openai.api_server --model ")
+    line = exec_start(group, {"vault_gpubox_api_key": "s3cret-key-0123456789"})
+    assert "--api-key" not in line
+    assert "s3cret-key" not in line
+    assert line.startswith("/opt/gpubox/venv/bin/python -m vllm.entrypoints.openai.api_server --model ")
 
 
 def test_optional_flags_appear_only_when_set() -> None:
@@ -129,49 +105,58 @@ def test_optional_flags_appear_only_when_set() -> None:
 
 
 def test_pipeline_parallel_one_is_not_rendered() -> None:
-    args = vllm_args({**role_profile("gpu_2x3090"), "pipeline_parallel_size": 1})
+    args = vllm_args({**role_profile("gpu_2x3090"), "gpubox_pipeline_parallel_size": 1})
     assert "--pipeline-parallel-size" not in args
 
 
 def test_extra_args_are_appended_in_order() -> None:
     extra = ["--swap-space", "8", "--disable-custom-all-reduce"]
-    args = vllm_args({**role_profile("gpu_4x4090"), "extra_args": extra})
+    args = vllm_args({**role_profile("gpu_4x4090"), "gpubox_vllm_extra_args": extra})
     assert args[-3:] == extra
 
 
-@pytest.mark.parametrize("extra", [["--api-key", "x"], ["--api-key=x"]])
+@pytest.mark.parametrize(
+    "extra", [["--api-key", "x"], ["--api-key=x"], ["--api_key", "x"], ["--api-ke=x"], ["--api", "x"]]
+)
 def test_api_key_in_extra_args_is_refused_naming_the_variable(extra: list[str]) -> None:
-    with pytest.raises(VllmProfileError, match=r"vllm_service_extra_args.*--api-key.*vllm_service_api_key"):
-        vllm_args({**role_profile("gpu_2x3090"), "extra_args": extra})
+    with pytest.raises(VllmProfileError, match=r"gpubox_vllm_extra_args\[0\].*--api-key.*vault_gpubox_api_key"):
+        vllm_args({**role_profile("gpu_2x3090"), "gpubox_vllm_extra_args": extra})
 
 
 @pytest.mark.parametrize(
     ("extra", "variable"),
     [
-        (["--max-model-len", "4096"], "vllm_service_max_model_len"),
-        (["-tp", "4"], "vllm_service_tensor_parallel_size"),
+        (["--max-model-len", "4096"], "gpubox_max_model_len"),
+        (["--max_model_len", "4096"], "gpubox_max_model_len"),
+        (["--max-model", "4096"], "gpubox_max_model_len"),
+        (["-tp", "4"], "gpubox_tensor_parallel_size"),
+        (["-tp4"], "gpubox_tensor_parallel_size"),
+        (["-qawq"], "gpubox_model_quantization"),
+        (["--port=9000"], "gpubox_port"),
     ],
 )
 def test_extra_args_may_not_override_a_rendered_flag(extra: list[str], variable: str) -> None:
     with pytest.raises(VllmProfileError, match=variable):
-        vllm_args({**role_profile("gpu_2x3090"), "extra_args": extra})
+        vllm_args({**role_profile("gpu_2x3090"), "gpubox_vllm_extra_args": extra})
 
 
 def test_extra_args_must_be_a_list() -> None:
-    with pytest.raises(VllmProfileError, match="vllm_service_extra_args must be a list"):
-        vllm_args({**role_profile("gpu_2x3090"), "extra_args": "--enforce-eager"})
+    with pytest.raises(VllmProfileError, match="gpubox_vllm_extra_args must be a list"):
+        vllm_args({**role_profile("gpu_2x3090"), "gpubox_vllm_extra_args": "--enforce-eager"})
 
 
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("tensor_parallel_size", 0, "vllm_service_tensor_parallel_size must be >= 1"),
-        ("port", 70000, "vllm_service_port must be >= 1 and <= 65535"),
-        ("gpu_memory_utilization", 1.5, r"vllm_service_gpu_memory_utilization must be in \(0, 1\]"),
-        ("max_model_len", "8k", "vllm_service_max_model_len must be an integer"),
-        ("served_model_name", "", "vllm_service_served_model_name is required"),
-        ("model_dir", "/data/my model", "vllm_service_model_dir must be a single word"),
-        ("enforce_eager", "maybe", "vllm_service_enforce_eager must be a boolean"),
+        ("gpubox_tensor_parallel_size", 0, "gpubox_tensor_parallel_size must be between 1 and 64"),
+        ("gpubox_port", 70000, "gpubox_port must be between 1 and 65535"),
+        ("gpubox_gpu_memory_utilization", 1.5, r"gpubox_gpu_memory_utilization must be a number in \(0, 1\]"),
+        ("gpubox_max_model_len", "8k", "gpubox_max_model_len must be an integer"),
+        ("gpubox_served_model_name", "", "gpubox_served_model_name is not set"),
+        ("gpubox_served_model_name", "--qwen", "gpubox_served_model_name .* read as a flag"),
+        ("gpubox_model_root", "data/models", "gpubox_model_root .* relative"),
+        ("gpubox_enforce_eager", "maybe", "gpubox_enforce_eager must be true or false"),
+        ("gpubox_block_size", 16.0, "gpubox_block_size must be an integer"),
     ],
 )
 def test_bad_values_name_the_variable(key: str, value: Any, message: str) -> None:

@@ -1,0 +1,17 @@
+"""Ansible reads this checkout's ansible.cfg and resolves gpubox.gpubox from it wherever pytest starts.
+
+The collection loader is installed before any test module imports ``ansible_collections.gpubox``, so
+plain imports and Ansible's plugin lookups (filters, lookups by FQCN) see the same package.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+
+from ansible.plugins.loader import init_plugin_loader  # noqa: E402
+
+init_plugin_loader(prefix_collections_path=[str(ROOT / "collections")])
