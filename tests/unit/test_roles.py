@@ -41,12 +41,13 @@ def test_role_inputs_are_prefixed(role):
 def test_role_has_its_files(role):
     for rel in (
         "README.md",
-        "handlers/main.yml",
         "vars/Ubuntu-22.yml",
         "vars/Debian-12.yml",
         "meta/main.yml",
     ):
         assert (role / rel).is_file(), f"{role.name} lacks {rel}"
+    notifies = any("notify:" in f.read_text() for f in (role / "tasks").glob("*.yml"))
+    assert (role / "handlers" / "main.yml").is_file() == notifies, f"{role.name}: handlers exist iff it notifies"
 
 
 def render(value, variables: dict):
