@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+
 # Fields that must agree between a catalog entry and the downloaded config.json.
 CONFIG_FIELDS = (
     "num_hidden_layers",
@@ -22,7 +24,7 @@ CONFIG_FIELDS = (
 )
 
 _QWEN25_NOTE = (
-    "layers/heads/kv heads/hidden/head_dim/max pos/weights: /work/shared/docs/facts.md model table; "
+    "layers/heads/kv heads/hidden/head_dim/max pos/weights: shared/docs/facts.md model table; "
     "intermediate_size, vocab_size, torch_dtype: the model's published config.json"
 )
 
@@ -112,6 +114,9 @@ INVENTORY_OPTIONAL = ("head_dim", "quantization", "source")
 # The dtypes the capacity planner knows (capacity_planner.DTYPE_BYTES).
 _DTYPES = ("bfloat16", "float16", "float32")
 _INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim") if k != "torch_dtype")
+# Bounds no real model reaches: keep 10**400 and friends out of the planner's float arithmetic.
+_MAX_DIM = 1 << 24
+_MAX_WEIGHTS = 1 << 50
 
 
 class UnknownModelError(KeyError):
@@ -146,6 +151,12 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"{name} must be a mapping of {model_id}'s config.json facts ({', '.join(INVENTORY_REQUIRED)}), "
             f"got {type(facts).__name__}"
         )
+    odd = [key for key in facts if not isinstance(key, str)]
+    if odd:
+        raise ValueError(
+            f"{name} keys must be config.json names (strings), got {', '.join(repr(k) for k in odd[:3])}: "
+            f"use only {', '.join(INVENTORY_REQUIRED + INVENTORY_OPTIONAL)}"
+        )
     missing = [key for key in INVENTORY_REQUIRED if facts.get(key) is None]
     if missing:
         raise ValueError(
@@ -169,7 +180,35 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"{name}: {', '.join(f'{key}={facts[key]!r}' for key in bad)} must be positive integers "
             f"(as in {model_id}'s config.json)"
         )
-    if str(facts["torch_dtype"]).lower() not in _DTYPES:
+    huge = [
+        key
+        for key in _INT_FACTS
+        if facts.get(key) is not None and facts[key] > (_MAX_WEIGHTS if key == "weights_bytes" else _MAX_DIM)
+    ]
+    if huge:
+        raise ValueError(
+            f"{name}: {', '.join(f'{key}' for key in huge)} is beyond any real model "
+            f"(at most {_MAX_DIM} per dimension, {_MAX_WEIGHTS} weight bytes): "
+            f"copy the values from {model_id}'s config.json"
+        )
+    heads, kv_heads, hidden = facts["num_attention_heads"], facts["num_key_value_heads"], facts["hidden_size"]
+    if kv_heads > heads or heads % kv_heads:
+        raise ValueError(
+            f"{name}: num_key_value_heads ({kv_heads}) must divide num_attention_heads ({heads}) "
+            f"(as in {model_id}'s config.json)"
+        )
+    if hidden < heads or (facts.get("head_dim") is None and hidden % heads):
+        raise ValueError(
+            f"{name}: hidden_size ({hidden}) must be a multiple of num_attention_heads ({heads}), or give head_dim "
+            f"(as in {model_id}'s config.json)"
+        )
+    quantization = facts.get("quantization")
+    if quantization is not None and quantization not in desired_state.QUANTIZATIONS:
+        raise ValueError(
+            f"{name}: quantization must be null or a vLLM 0.7.3 method ({', '.join(desired_state.QUANTIZATIONS)}), "
+            f"got {quantization!r}"
+        )
+    if not isinstance(facts["torch_dtype"], str) or facts["torch_dtype"].lower() not in _DTYPES:
         raise ValueError(
             f"{name}: torch_dtype must be one of {', '.join(_DTYPES)}, got {facts['torch_dtype']!r} "
             f"(as in {model_id}'s config.json)"

@@ -15,9 +15,10 @@ import shlex
 from pathlib import Path
 from typing import Any
 
-import ansible_vars
 import pytest
 import yaml
+
+import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state, preflight_checks, vllm_cmdline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -59,13 +60,17 @@ def test_gpubox_defaults_spec_and_validator_list_the_same_facts_with_equal_value
         assert spec[name].get("default") == value, f"{name}: spec default differs from defaults/main.yml"
 
 
-@pytest.mark.parametrize("role", sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/meta/argument_specs.yml")))
+@pytest.mark.parametrize(
+    "role", sorted(p.parent.parent.name for p in (ROOT / "roles").glob("*/meta/argument_specs.yml"))
+)
 def test_argument_spec_defaults_equal_the_role_defaults(role: str) -> None:
     defaults = _yaml(ROOT / "roles" / role / "defaults" / "main.yml")
     spec = _yaml(ROOT / "roles" / role / "meta" / "argument_specs.yml")["argument_specs"]["main"].get("options", {})
     assert set(defaults) == set(spec), f"{role}: keys differ: {set(defaults) ^ set(spec)}"
     for name, value in defaults.items():
-        assert spec[name].get("default") == value, f"{role}: {name} defaults to {value!r}, spec says {spec[name].get('default')!r}"
+        assert spec[name].get("default") == value, (
+            f"{role}: {name} defaults to {value!r}, spec says {spec[name].get('default')!r}"
+        )
 
 
 _RENAME = re.compile(r"^\s*\{\{\s*(gpubox_[a-z0-9_]+|vault_gpubox_[a-z0-9_]+)\s*(\|[^}]*)?\}\}\s*$")
@@ -104,7 +109,9 @@ def test_one_role_owns_each_handler_topic() -> None:
     for path in (ROOT / "roles").glob("*/tasks/*.yml"):
         role = path.parts[-3]
         for topic in re.findall(r"notify: ([^\n]+)", path.read_text()):
-            assert owners.get(topic.strip()) == {role}, f"{path}: notifies {topic}, owned by {owners.get(topic.strip())}"
+            assert owners.get(topic.strip()) == {role}, (
+                f"{path}: notifies {topic}, owned by {owners.get(topic.strip())}"
+            )
 
 
 def test_no_role_reads_outside_its_own_directory() -> None:
@@ -224,7 +231,25 @@ BAD: list[tuple[str, Any, str]] = [
     ("gpubox_model_config", {"num_hidden_layers": 2}, "gpubox_model_config"),
     ("gpubox_model_config", {1: 2}, "gpubox_model_config"),
     ("gpubox_model_config", "not a mapping", "gpubox_model_config"),
+    ("gpubox_model_config", "DEGENERATE:hidden_size=8", "gpubox_model_config"),
+    ("gpubox_model_config", "DEGENERATE:num_key_value_heads=3", "gpubox_model_config"),
+    ("gpubox_model_config", "DEGENERATE:weights_bytes=" + str(10**400), "gpubox_model_config"),
+    ("gpubox_model_config", "DEGENERATE:num_hidden_layers=2.0", "gpubox_model_config"),
+    ("gpubox_model_config", "DEGENERATE:torch_dtype=None", "gpubox_model_config"),
+    ("gpubox_model_config", "DEGENERATE:quantization=int3", "gpubox_model_config"),
 ]
+
+
+def _degenerate(spec: str) -> dict[str, Any]:
+    """A valid gpubox_model_config (the 14B entry) with one field broken: 'DEGENERATE:key=value'."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+
+    key, text = spec.split(":", 1)[1].split("=", 1)
+    config = {k: v for k, v in model_catalog.CATALOG["Qwen/Qwen2.5-14B-Instruct"].items() if k != "source"}
+    config[key] = yaml.safe_load(text) if text not in ("None",) else None
+    if key == "weights_bytes":
+        config[key] = int(text)
+    return config
 
 
 def _good_state(group: str = "gpu_2x3090") -> dict[str, Any]:
@@ -233,6 +258,7 @@ def _good_state(group: str = "gpu_2x3090") -> dict[str, Any]:
 
 @pytest.mark.parametrize(("name", "value", "expect"), BAD, ids=[f"{n}={v!r}"[:60] for n, v, _ in BAD])
 def test_bad_input_gets_one_line_naming_the_variable(name: str, value: Any, expect: str | None) -> None:
+    value = _degenerate(value) if isinstance(value, str) and value.startswith("DEGENERATE:") else value
     state = desired_state.validate({**_good_state(), name: value})
     if expect is None:
         assert state.errors == []
@@ -245,9 +271,12 @@ def test_bad_input_gets_one_line_naming_the_variable(name: str, value: Any, expe
         assert all(value not in e for e in state.errors), "the key must never be echoed"
 
 
-@pytest.mark.parametrize(("name", "value", "expect"), [b for b in BAD if b[2]], ids=[f"{n}={v!r}"[:60] for n, v, e in BAD if e])
+@pytest.mark.parametrize(
+    ("name", "value", "expect"), [b for b in BAD if b[2]], ids=[f"{n}={v!r}"[:60] for n, v, e in BAD if e]
+)
 def test_preflight_refuses_what_the_roles_refuse(name: str, value: Any, expect: str) -> None:
     """Preflight and the roles use one validator: the same input is refused by both, with the same line."""
+    value = _degenerate(value) if isinstance(value, str) and value.startswith("DEGENERATE:") else value
     raw = {**_good_state(), name: value}
     host = {
         "distribution": "Ubuntu", "distribution_version": "22.04", "memtotal_mb": 256 * 1024,
@@ -259,7 +288,8 @@ def test_preflight_refuses_what_the_roles_refuse(name: str, value: Any, expect: 
 
 
 def test_rendering_refuses_exactly_what_preflight_refuses() -> None:
-    for name, value, expect in BAD:
+    for name, value, _expect in BAD:
+        value = _degenerate(value) if isinstance(value, str) and value.startswith("DEGENERATE:") else value
         raw = {**_good_state(), name: value}
         state = desired_state.validate(raw)
         try:
