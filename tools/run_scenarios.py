@@ -2,7 +2,9 @@
 """Run molecule scenarios, a few at a time, and report each one's result and duration.
 
 Each scenario's full output goes to .cache/molecule-logs/<scenario>.log; a failed scenario's tail is
-printed. Exit status is non-zero when any scenario fails or when none ran.
+printed. Exit status is non-zero when any scenario fails or when none ran. Every scenario is merged
+over the one molecule base, .config/molecule/config.yml, named explicitly so that a copy of the tree
+without .git (where molecule would not find it) runs the same configuration.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
 # Scenarios that need inputs our CI machines cannot reach; without them they are reported as skipped.
 REQUIRES = {
     "python_env_conda": ("GPUBOX_MINIFORGE_INSTALLER", "GPUBOX_MINIFORGE_SHA256", "GPUBOX_CONDA_CHANNEL"),
@@ -45,7 +48,11 @@ def run(scenario: str, logdir: Path) -> Result:
     print(f"[molecule] {scenario}: started", flush=True)
     with log.open("w") as out:
         proc = subprocess.run(
-            ["molecule", "test", "-s", scenario], cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, check=False
+            ["molecule", "--base-config", str(BASE_CONFIG), "test", "-s", scenario],
+            cwd=ROOT,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            check=False,
         )
     res = Result(scenario, proc.returncode == 0, time.monotonic() - start, log)
     print(f"[molecule] {scenario}: {'passed' if res.ok else 'FAILED'} in {res.seconds:.0f} s", flush=True)
