@@ -11,12 +11,11 @@ export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 SCENARIOS ?= default topology_4x4090 refusals serving python_env_conda
 JOBS ?= 2
-GROUP ?= gpu_2x3090
 
 .PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean
 
 help:
-	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan GROUP=gpu_2x3090 | lock | clean"
+	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -60,8 +59,14 @@ test: lint unit vllm073 molecule
 bench: venv
 	$(PY) tools/bench.py --out bench/results.md
 
+# The memory plan of each box (one per group when its hosts share every fact), from the inventory as
+# Ansible reads it, over roles/gpubox/defaults; no box needed. LIMIT: groups or hosts, comma-separated
+# (default: the topology groups; GROUP= still works); EXTRA: as ansible-playbook -e.
+INVENTORY ?= inventories/production
+LIMIT ?= $(GROUP)
+plan: export GPUBOX_PLAN_EXTRA = $(EXTRA)
 plan: venv
-	$(PY) tools/plan.py $(GROUP)
+	$(PY) tools/plan.py -i $(INVENTORY) $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $${GPUBOX_PLAN_EXTRA:+-e "$$GPUBOX_PLAN_EXTRA"}
 
 demo: harness
 	$(PY) tools/demo.py up
