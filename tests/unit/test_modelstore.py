@@ -3,7 +3,12 @@
 What is real: the modelscope CLI (installed from PyPI into a cached venv), HTTP, the files, the
 hashes, rename(2). What is simulated: the ModelScope hub (molecule/shared/hub/server.py serves a
 tiny generated model the way the real hub's API does) and, through its fault switches, a dropped
-connection and a corrupted object. The module's core function is called directly, not via Ansible.
+connection and a corrupted object. The module is a thin wrapper (options -> model_publish.Request ->
+run_model_store): most tests build the Request from the module's own argument_spec and call
+run_model_store directly; a few run the module itself through `ansible`.
+
+The store roots live under the cache directory, not /tmp: the module checks its root with the
+desired-state validator, which refuses a model store under /tmp (as preflight does).
 """
 
 from __future__ import annotations
@@ -16,15 +21,20 @@ import re
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 import pytest
+import yaml
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish as lib
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "molecule/shared/hub"
@@ -38,7 +48,6 @@ LEGACY_PINS = ["modelscope==1.23.0"]
 MODEL_ID = "Qwen/Tiny-Instruct"
 
 
-
 def load(path: Path, name: str) -> ModuleType:
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec and spec.loader
@@ -49,7 +58,8 @@ def load(path: Path, name: str) -> ModuleType:
 
 
 store = load(ROOT / "plugins/modules/model_store.py", "gpubox_model_store_module")
-lib = sys.modules["ansible_collections.gpubox.gpubox.plugins.module_utils.model_publish"]
+# What the module passes when a task sets nothing: the defaults of its argument_spec.
+DEFAULTS = {option: spec.get("default") for option, spec in store.ARGUMENT_SPEC.items()}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -190,20 +200,38 @@ def no_faults(request: pytest.FixtureRequest) -> Iterator[None]:
             request.getfixturevalue(name).faults({})
 
 
-def request_for(hub: Hub, root: Path, venv: Path, **kw: Any) -> Any:
-    base = store.StoreRequest(
-        model_id=MODEL_ID,
-        modelscope_bin=str(venv / "bin/modelscope"),
-        endpoint=hub.endpoint,
-        root=str(root),
-        owner=None,
-        group=None,
-        timeout=300,
-        retries=0,
-        ca_bundle=hub.ca_bundle,
-        progress_file=str(root.parent / "progress.json"),
-    )
-    return replace(base, **kw)
+@pytest.fixture
+def store_root() -> Iterator[Path]:
+    """<work>/models, where <work> is a fresh directory under the cache (the validator refuses /tmp)."""
+    parent = CACHE / "modelstore-roots"
+    parent.mkdir(parents=True, exist_ok=True)
+    work = Path(tempfile.mkdtemp(dir=parent))
+    _, error = desired_state.check("gpubox_model_root", str(work / "models"))
+    assert error is None, f"the test store root must be valid; set GPUBOX_CACHE elsewhere: {error}"
+    yield work / "models"
+    shutil.rmtree(work, ignore_errors=True)
+
+
+def params_for(hub: Hub, root: Path, venv: Path, **kw: Any) -> dict[str, Any]:
+    """module.params as AnsibleModule would hand them over: the argument_spec defaults, then the task's."""
+    return {
+        **DEFAULTS,
+        "model_id": MODEL_ID,
+        "modelscope_bin": str(venv / "bin/modelscope"),
+        "endpoint": hub.endpoint,
+        "root": str(root),
+        "owner": None,
+        "group": None,
+        "timeout": 300,
+        "retries": 0,
+        "ca_bundle": hub.ca_bundle,
+        "progress_file": str(root.parent / "progress.json"),
+        **kw,
+    }
+
+
+def request_for(hub: Hub, root: Path, venv: Path, check_mode: bool = False, **kw: Any) -> lib.Request:
+    return lib.Request(**params_for(hub, root, venv, **kw), check_mode=check_mode)
 
 
 def sha(path: Path) -> str:
@@ -223,10 +251,10 @@ def same_content(published: Path, source: Path) -> None:
 # --------------------------------------------------------------------------------------------------
 # End to end
 # --------------------------------------------------------------------------------------------------
-def test_fresh_download_publishes_a_verified_model(hub_a: Hub, client_venv: Path, models, tmp_path: Path) -> None:
-    root = tmp_path / "models"
+def test_fresh_download_publishes_a_verified_model(hub_a: Hub, client_venv: Path, models, store_root: Path) -> None:
+    root = store_root
     started = time.monotonic()
-    result = store.run_model_store(request_for(hub_a, root, client_venv))
+    result = lib.run_model_store(request_for(hub_a, root, client_venv))
     elapsed = time.monotonic() - started
     print(f"\n[modelstore] tiny model download+verify+publish: {elapsed:.2f}s ({result.total_bytes} bytes)")
 
@@ -243,15 +271,15 @@ def test_fresh_download_publishes_a_verified_model(hub_a: Hub, client_venv: Path
     for path in [live.resolve(), *live.resolve().rglob("*")]:
         assert path.stat().st_mode & 0o777 == (0o755 if path.is_dir() else 0o644), path
     assert not list((root / ".staging").glob("Tiny-Instruct@*")), "staging must be gone after publish"
-    progress = json.loads((tmp_path / "progress.json").read_text())
+    progress = json.loads((root.parent / "progress.json").read_text())
     assert progress["state"] == "done" and progress["bytes_done"] == progress["bytes_total"] == result.total_bytes
 
 
-def test_second_run_downloads_nothing(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
-    root = tmp_path / "models"
-    first = store.run_model_store(request_for(hub_a, root, client_venv))
+def test_second_run_downloads_nothing(hub_a: Hub, client_venv: Path, store_root: Path) -> None:
+    root = store_root
+    first = lib.run_model_store(request_for(hub_a, root, client_venv))
     mark = hub_a.mark()
-    second = store.run_model_store(request_for(hub_a, root, client_venv))
+    second = lib.run_model_store(request_for(hub_a, root, client_venv))
     assert first.changed and not second.changed and not second.downloaded
     assert second.manifest_sha256 == first.manifest_sha256
     assert hub_a.file_gets(mark) == [], "an up-to-date model must not fetch any file"
@@ -259,15 +287,15 @@ def test_second_run_downloads_nothing(hub_a: Hub, client_venv: Path, tmp_path: P
 
 
 def test_interrupted_download_resumes_with_a_range_request(
-    hub_a: Hub, client_venv: Path, models, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    hub_a: Hub, client_venv: Path, models, store_root: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    root = tmp_path / "models"
+    root = store_root
     # The client's own retries would hide the interruption inside one run; switch them off.
     monkeypatch.setenv("MODELSCOPE_DOWNLOAD_MAX_RETRIES", "0")
     # Each of the two client runs gets 1 MB of the 2.6 MB file before the connection drops.
     hub_a.faults({"drop_after_bytes": {"model.safetensors": {"bytes": 1_000_000, "times": 2}}})
     with pytest.raises(lib.ModelStoreError) as failed:
-        store.run_model_store(request_for(hub_a, root, client_venv, retries=1))
+        lib.run_model_store(request_for(hub_a, root, client_venv, retries=1))
     assert "model.safetensors" in str(failed.value)
     assert not (root / "Tiny-Instruct").exists(), "nothing may be published after a failed download"
     staging = next((root / ".staging").glob("Tiny-Instruct@*"))
@@ -276,7 +304,7 @@ def test_interrupted_download_resumes_with_a_range_request(
     assert kept == 2_000_000, "the second client run must have resumed the first one's partial file"
 
     mark = hub_a.mark()
-    result = store.run_model_store(request_for(hub_a, root, client_venv))
+    result = lib.run_model_store(request_for(hub_a, root, client_venv))
     gets = hub_a.file_gets(mark, "model.safetensors")
     starts = [int(m.group(1)) for e in gets if e["range"] and (m := re.match(r"bytes=(\d+)-", e["range"]))]
     assert starts and starts[0] == kept > 0, gets
@@ -287,16 +315,16 @@ def test_interrupted_download_resumes_with_a_range_request(
 
 
 def test_corrupted_download_is_never_published(
-    hub_a: Hub, hub_b: Hub, client_venv: Path, models, tmp_path: Path
+    hub_a: Hub, hub_b: Hub, client_venv: Path, models, store_root: Path
 ) -> None:
-    root = tmp_path / "models"
-    good = store.run_model_store(request_for(hub_a, root, client_venv))
+    root = store_root
+    good = lib.run_model_store(request_for(hub_a, root, client_venv))
     live = root / "Tiny-Instruct"
     before = live.resolve()
 
     hub_b.faults({"corrupt": {"model.safetensors": True}})
     with pytest.raises(lib.IntegrityError) as failed:
-        store.run_model_store(request_for(hub_b, root, client_venv, retries=1))
+        lib.run_model_store(request_for(hub_b, root, client_venv, retries=1))
     message = str(failed.value)
     expected = sha(models["b"] / "model.safetensors")
     assert "model.safetensors" in message and expected in message
@@ -309,26 +337,28 @@ def test_corrupted_download_is_never_published(
     assert next((root / ".staging").glob("Tiny-Instruct@*")).is_dir(), "staging is kept for the next run"
 
 
-def test_rehash_detects_a_file_corrupted_on_disk(hub_a: Hub, client_venv: Path, models, tmp_path: Path) -> None:
-    root = tmp_path / "models"
-    store.run_model_store(request_for(hub_a, root, client_venv))
+def test_rehash_detects_a_file_corrupted_on_disk(hub_a: Hub, client_venv: Path, models, store_root: Path) -> None:
+    root = store_root
+    lib.run_model_store(request_for(hub_a, root, client_venv))
     weights = root / "Tiny-Instruct" / "model.safetensors"
     data = bytearray(weights.read_bytes())
     data[len(data) // 3] ^= 0x01  # simulated bit rot: same size, other content
     weights.write_bytes(bytes(data))
 
-    quick = store.run_model_store(request_for(hub_a, root, client_venv))
+    quick = lib.run_model_store(request_for(hub_a, root, client_venv))
     assert not quick.changed, "without rehash only sizes are checked (cheap idempotence)"
 
     mark = hub_a.mark()
-    fixed = store.run_model_store(request_for(hub_a, root, client_venv, rehash=True))
+    fixed = lib.run_model_store(request_for(hub_a, root, client_venv, rehash=True))
     assert fixed.changed and len(fixed.repaired) == 1 and "model.safetensors" in fixed.repaired[0]
     assert [e["path"].split("FilePath=")[1] for e in hub_a.file_gets(mark)] == ["model.safetensors"]
     same_content(root / "Tiny-Instruct", models["a"])
-    assert not store.run_model_store(request_for(hub_a, root, client_venv, rehash=True)).changed
+    assert not lib.run_model_store(request_for(hub_a, root, client_venv, rehash=True)).changed
 
 
-def test_verifier_refetches_a_file_the_client_accepted(hub_a: Hub, client_venv: Path, models, tmp_path: Path) -> None:
+def test_verifier_refetches_a_file_the_client_accepted(
+    hub_a: Hub, client_venv: Path, models, tmp_path: Path, store_root: Path
+) -> None:
     # Simulated client defect (like modelscope#1114: a bad file left in place): a wrapper runs the
     # real CLI, then damages tokenizer.json once. The store's own sha256 check must catch it.
     marker = tmp_path / "damaged-once"
@@ -343,85 +373,123 @@ def test_verifier_refetches_a_file_the_client_accepted(hub_a: Hub, client_venv: 
         'dd of="$staged/tokenizer.json" bs=1 seek=10 conv=notrunc 2>/dev/null; fi\n'
     )
     wrapper.chmod(0o755)
-    root = tmp_path / "models"
+    root = store_root
     mark = hub_a.mark()
     req = request_for(hub_a, root, client_venv, modelscope_bin=str(wrapper), retries=1)
-    result = store.run_model_store(req)
+    result = lib.run_model_store(req)
     assert marker.exists() and result.attempts == 2
     assert len(hub_a.file_gets(mark, "tokenizer.json")) == 2
     same_content(root / "Tiny-Instruct", models["a"])
 
 
 def test_model_that_is_not_the_planned_one_is_never_published(
-    hub_a: Hub, client_venv: Path, models, tmp_path: Path
+    hub_a: Hub, client_venv: Path, models, store_root: Path
 ) -> None:
     planned = sys.modules["ansible_collections.gpubox.gpubox.plugins.module_utils.model_catalog"]
     config = json.loads((models["a"] / "config.json").read_text())
     expected = planned.model_from_config_json(config, 1)
-    root = tmp_path / "models"
+    root = store_root
     # the config.json agrees with the facts preflight planned from: published
-    ok = store.run_model_store(request_for(hub_a, root, client_venv, expected_config=expected))
+    ok = lib.run_model_store(request_for(hub_a, root, client_venv, expected_config=expected))
     assert ok.changed and (root / "Tiny-Instruct").is_symlink()
     # another model's facts (one more layer): refused before publishing, the live link untouched
     other = {**expected, "num_hidden_layers": expected["num_hidden_layers"] + 1}
-    root2 = tmp_path / "models2"
+    root2 = root.parent / "models2"
     with pytest.raises(lib.ModelStoreError, match="num_hidden_layers") as err:
-        store.run_model_store(request_for(hub_a, root2, client_venv, expected_config=other))
+        lib.run_model_store(request_for(hub_a, root2, client_venv, expected_config=other))
     assert "gpubox_model_config" in str(err.value)
     assert not (root2 / "Tiny-Instruct").exists()
     versions = root2 / ".versions"
     assert not versions.exists() or not any(versions.iterdir())
 
 
-def test_disk_space_shortfall_is_refused_before_downloading(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
-    root = tmp_path / "models"
-    free = lib.free_bytes(tmp_path)
+def test_disk_space_shortfall_is_refused_before_downloading(hub_a: Hub, client_venv: Path, store_root: Path) -> None:
+    root = store_root
+    free = lib.free_bytes(root.parent)
     mark = hub_a.mark()
     with pytest.raises(lib.DiskSpaceError) as failed:
-        store.run_model_store(request_for(hub_a, root, client_venv, reserve_bytes=free + 2**40))
-    assert "model_store_root" in str(failed.value) and "short by" in str(failed.value)
+        lib.run_model_store(request_for(hub_a, root, client_venv, reserve_bytes=free + 2**40))
+    assert "gpubox_model_root" in str(failed.value) and "short by" in str(failed.value)
     assert hub_a.file_gets(mark) == []
     assert not (root / "Tiny-Instruct").exists()
 
 
-def test_check_mode_reports_without_changing(hub_a: Hub, client_venv: Path, tmp_path: Path) -> None:
-    root = tmp_path / "models"
+def test_check_mode_reports_without_changing(hub_a: Hub, client_venv: Path, store_root: Path) -> None:
+    root = store_root
     mark = hub_a.mark()
-    result = store.run_model_store(request_for(hub_a, root, client_venv, check_mode=True))
+    result = lib.run_model_store(request_for(hub_a, root, client_venv, check_mode=True))
     assert result.changed and not result.downloaded
     assert hub_a.file_gets(mark) == [] and not root.exists()
 
 
 def test_new_revision_replaces_the_live_link_and_keeps_one_previous(
-    hub_a: Hub, hub_b: Hub, client_venv: Path, models, tmp_path: Path
+    hub_a: Hub, hub_b: Hub, client_venv: Path, models, store_root: Path
 ) -> None:
-    root = tmp_path / "models"
-    a = store.run_model_store(request_for(hub_a, root, client_venv))
-    b = store.run_model_store(request_for(hub_b, root, client_venv))
+    root = store_root
+    a = lib.run_model_store(request_for(hub_a, root, client_venv))
+    b = lib.run_model_store(request_for(hub_b, root, client_venv))
     assert a.commit != b.commit and b.changed
     same_content(root / "Tiny-Instruct", models["b"])
     mark = hub_a.mark()
-    back = store.run_model_store(request_for(hub_a, root, client_venv))  # rollback: the kept copy
+    back = lib.run_model_store(request_for(hub_a, root, client_venv))  # rollback: the kept copy
     assert back.changed and not back.downloaded and hub_a.file_gets(mark) == []
     same_content(root / "Tiny-Instruct", models["a"])
     assert len(list((root / ".versions").iterdir())) == 2
 
 
 @pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make the hub's test certificate")
-def test_legacy_client_generation_over_https(start_hub: Callable[..., Hub], hub_a: Hub, models, tmp_path: Path) -> None:
+def test_legacy_client_generation_over_https(
+    start_hub: Callable[..., Hub], hub_a: Hub, models, store_root: Path
+) -> None:
     venv = cached_venv("modelstore-legacy-venv", LEGACY_PINS)
     hub = start_hub(models["a"], tls=True)
-    root = tmp_path / "models"
-    result = store.run_model_store(request_for(hub, root, venv))
+    root = store_root
+    result = lib.run_model_store(request_for(hub, root, venv))
     assert result.client_version == "1.23.0"
     same_content(root / "Tiny-Instruct", models["a"])  # its .msc/.mv/._____temp are not published
     mark = hub.mark()
-    assert not store.run_model_store(request_for(hub, root, venv)).changed
+    assert not lib.run_model_store(request_for(hub, root, venv)).changed
     assert hub.file_gets(mark) == []
     # Same model over plain http (hub_a): the listing works, the legacy client could not; refused up front.
     os.remove(root / "Tiny-Instruct" / "config.json")
     with pytest.raises(lib.ModelStoreError, match="only speaks https"):
-        store.run_model_store(request_for(hub_a, root, venv))
+        lib.run_model_store(request_for(hub_a, root, venv))
+
+
+def run_module(cwd: Path, args: dict[str, Any], check: bool = False) -> dict[str, Any]:
+    """The real module through `ansible localhost -m gpubox.gpubox.model_store` (this checkout's collection;
+    run outside the checkout so that its ansible.cfg, with its callbacks, is not read)."""
+    ansible = Path(sys.executable).parent / "ansible"
+    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}  # no ansible.cfg: plain json output
+    env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+    )
+    argv = [str(ansible), "localhost", "-c", "local", "-m", "gpubox.gpubox.model_store", "-a", json.dumps(args)]
+    proc = subprocess.run([*argv, *(["--check"] if check else [])], env=env, cwd=cwd, capture_output=True, text=True)
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def test_module_through_ansible_checks_and_refuses_like_preflight(
+    hub_a: Hub, client_venv: Path, store_root: Path, tmp_path: Path
+) -> None:
+    task = {"model_id": MODEL_ID, "endpoint": hub_a.endpoint, "root": str(store_root)}
+    task["modelscope_bin"] = str(client_venv / "bin/modelscope")
+    mark = hub_a.mark()
+    result = run_module(tmp_path, task, check=True)
+    assert not result.get("failed"), result
+    assert result["changed"] and not result["downloaded"] and result["revision"] == "master"
+    assert result["msg"].startswith(f"would download {MODEL_ID}@") and result["files"] > 0
+    assert hub_a.file_gets(mark) == [] and not store_root.exists()
+
+    refused = run_module(tmp_path, {**task, "model_id": "Qwen/../etc", "root": "/tmp/models"}, check=True)
+    _, id_error = desired_state.check("gpubox_model_id", "Qwen/../etc")
+    _, root_error = desired_state.check("gpubox_model_root", "/tmp/models")
+    assert refused["failed"] and f"model_id: {id_error}" in refused["msg"] and f"root: {root_error}" in refused["msg"]
 
 
 # --------------------------------------------------------------------------------------------------
@@ -460,7 +528,7 @@ def test_disk_check_counts_only_the_bytes_still_to_fetch(tmp_path: Path) -> None
     (tmp_path / "b").write_bytes(b"x" * 50)
     assert lib.staged_bytes(tmp_path, files) == 90
     assert lib.check_disk_space(tmp_path, 150, 90, free=60) == 60
-    with pytest.raises(lib.DiskSpaceError, match=r"model_store_root .* short by 1\.0 B|short by 1 B"):
+    with pytest.raises(lib.DiskSpaceError, match=r"gpubox_model_root .* short by 1\.0 B|short by 1 B"):
         lib.check_disk_space(tmp_path, 150, 90, free=59)
 
 
@@ -472,3 +540,51 @@ def test_manifest_digest_detects_edits(tmp_path: Path) -> None:
     body["files"][0]["size"] = 4
     (tmp_path / lib.MANIFEST_NAME).write_text(json.dumps(body))
     assert lib.read_manifest(tmp_path) is None
+
+
+def test_module_options_are_declared_once_and_passed_whole() -> None:
+    # DOCUMENTATION (what ansible-doc shows), ARGUMENT_SPEC (what AnsibleModule checks) and Request
+    # (what the work receives, as **module.params) name the same options; defaults only in the first two.
+    documented = yaml.safe_load(store.DOCUMENTATION)["options"]
+    assert set(documented) == set(store.ARGUMENT_SPEC)
+    for option, spec in store.ARGUMENT_SPEC.items():
+        doc = documented[option]
+        assert (doc["type"], doc.get("default"), doc.get("required", False)) == (
+            spec["type"],
+            spec.get("default"),
+            spec.get("required", False),
+        ), option
+    request_fields = {f.name: f for f in fields(lib.Request)}
+    assert set(request_fields) == set(store.ARGUMENT_SPEC) | {"check_mode"}
+    assert [name for name, f in request_fields.items() if f.default is not MISSING] == ["check_mode"]
+
+
+@pytest.mark.parametrize(
+    ("option", "fact", "value"),
+    [
+        ("model_id", "gpubox_model_id", "Qwen2.5-7B-Instruct"),
+        ("model_id", "gpubox_model_id", "Qwen/../x"),
+        ("revision", "gpubox_model_revision", "--upload"),
+        ("revision", "gpubox_model_revision", ""),
+        ("root", "gpubox_model_root", "/tmp/models"),
+        ("root", "gpubox_model_root", "models"),
+        ("root", "gpubox_model_root", "/etc"),
+    ],
+)
+def test_request_refuses_what_the_desired_state_refuses(option: str, fact: str, value: str) -> None:
+    good = {**DEFAULTS, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
+    lib.Request(**good)  # the defaults and a valid id pass
+    _, error = desired_state.check(fact, value)
+    assert error
+    with pytest.raises(lib.ModelStoreError) as refused:
+        lib.Request(**{**good, option: value})
+    assert str(refused.value) == f"{option}: {error}"
+
+
+def test_request_normalizes_the_root_and_refuses_out_of_range_numbers() -> None:
+    good = {**DEFAULTS, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
+    assert lib.Request(**{**good, "root": "/srv/models/"}).root == "/srv/models"
+    with pytest.raises(lib.ModelStoreError) as refused:
+        lib.Request(**{**good, "retries": -1, "keep_versions": 0, "timeout": 0, "reserve_bytes": -1})
+    for words in ("retries must be >= 0", "keep_versions must be >= 1", "timeout must be >= 1", "reserve_bytes"):
+        assert words in str(refused.value)
