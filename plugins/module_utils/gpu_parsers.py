@@ -1,9 +1,10 @@
 """Pure parsers for the GPU edge of a gpubox: nvidia-smi output, the PCI view in sysfs, and the
 decision whether NCCL may use peer-to-peer.
 
-Shared by the Ansible module ``gpubox_gpu_facts`` and the boot-time ``gpubox-gpu-check`` script
-(the role installs this file as /usr/local/lib/gpubox/gpubox_gpu.py), so it imports nothing but the
-standard library and runs on Python >= 3.9.
+Shared by the Ansible module ``gpubox.gpubox.gpu_facts`` and the boot-time ``gpubox-gpu-check``
+script: the module ``gpubox.gpubox.gpu_check_library`` writes this very file, as shipped to the box
+inside its own payload, to /usr/local/lib/gpubox/gpu_parsers.py. So it imports nothing but the
+standard library and runs on Python >= 3.9 (the box's, Ubuntu 22.04: 3.10).
 
 Formats (seen on a real 2x H200 box with driver 580.159.04, see tests/fixtures/nvidia-smi/h200x2):
 
@@ -115,7 +116,7 @@ class SysfsGpu:
 
         With a 32-bit BAR0 it sits at index 1 (RTX 3090); with a 64-bit BAR0 at index 2 (H200).
         """
-        sizes = [size for _, size in sorted(self.bar_sizes_mib.items(), key=lambda kv: int(kv[0]))]
+        sizes = [self.bar_sizes_mib[index] for index in sorted(self.bar_sizes_mib, key=int)]
         return sizes[1] if len(sizes) > 1 else None
 
 

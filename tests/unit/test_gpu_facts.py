@@ -7,6 +7,7 @@ tests/fixtures/nvidia-smi/README.md).
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -18,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
 from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers as g
+
+ROOT = Path(__file__).resolve().parents[2]
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 REFERENCE = FIXTURES / "_reference" / "h200x2"
@@ -588,11 +589,14 @@ def _ansible() -> str | None:
     return str(candidate) if candidate.exists() else shutil.which("ansible")
 
 
-def run_module(tmp_path: Path, args: str, **extra: str) -> dict:
+def run_module(
+    tmp_path: Path, args: str, module: str = "gpubox.gpubox.gpu_facts", check: bool = False, **extra: str
+) -> dict:
     ansible = _ansible()
     if ansible is None:
         pytest.skip("ansible is not installed")
     env = sim_env("rtx3090x2-pcie", tmp_path / "simstate", **extra)
+    env.pop("ANSIBLE_CONFIG", None)  # no ansible.cfg (tests/conftest.py points at the checkout's): plain json output
     env.update(
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
         ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
@@ -602,7 +606,7 @@ def run_module(tmp_path: Path, args: str, **extra: str) -> dict:
         ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
     )
     proc = subprocess.run(
-        [ansible, "localhost", "-c", "local", "-m", "gpubox.gpubox.gpu_facts", "-a", args],
+        [ansible, "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])],
         env=env,
         capture_output=True,
         text=True,
@@ -646,6 +650,49 @@ def test_module_without_nvidia_smi_uses_sysfs(tmp_path: Path) -> None:
     facts = result["ansible_facts"]["gpubox_gpu"]
     assert (facts["source"], facts["count"], facts["nvidia_smi_path"]) == ("sysfs", 4, None)
     assert facts["nvidia_smi_error"] is None and facts["loaded_module_version"] is None
+
+
+def test_library_module_installs_the_parser_the_check_imports(tmp_path: Path, sim_path: Path) -> None:
+    lib_dir = tmp_path / "usr-local-lib-gpubox"
+    lib_dir.mkdir()
+    dest = lib_dir / "gpu_parsers.py"
+    source = (ROOT / "plugins" / "module_utils" / "gpu_parsers.py").read_bytes()
+
+    def install(check: bool = False) -> dict:
+        result = run_module(tmp_path, f"dest={dest}", module="gpubox.gpubox.gpu_check_library", check=check)
+        assert not result.get("failed"), result
+        return result
+
+    assert install(check=True)["changed"] is True and not dest.exists(), "check mode writes nothing"
+    first = install()
+    assert first["changed"] is True and dest.read_bytes() == source
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o644
+    assert (first["sha256"], first["size"]) == (hashlib.sha256(source).hexdigest(), len(source))
+    assert install()["changed"] is False, "same content and mode: nothing to do"
+    assert [p.name for p in lib_dir.iterdir()] == ["gpu_parsers.py"], "no temporary file is left behind"
+
+    dest.write_bytes(source + b"# drift\n")
+    dest.chmod(0o600)
+    assert install(check=True)["changed"] is True and dest.read_bytes().endswith(b"# drift\n")
+    assert install()["changed"] is True and dest.read_bytes() == source
+    assert stat.S_IMODE(dest.stat().st_mode) == 0o644
+    assert install()["changed"] is False
+
+    # The installed copy is all the boot-time check needs: it runs without site-packages (-S), so nothing
+    # but the standard library and --lib is importable.
+    env = sim_env("rtx3090x2-pcie", tmp_path / "simstate")
+    env["PATH"] = f"{sim_path}{os.pathsep}{env.get('PATH', '')}"
+    argv = [sys.executable, "-S", str(GPU_CHECK), "--lib", str(lib_dir), "--probe", str(tmp_path / "no-probe")]
+    argv += ["--out", str(tmp_path / "etc" / "nccl.env"), "--state", str(tmp_path / "var" / "gpu-check.json")]
+    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+    assert env_lines(tmp_path) == ["NCCL_P2P_DISABLE=1"]
+
+
+def test_library_module_refuses_a_missing_directory(tmp_path: Path) -> None:
+    dest = tmp_path / "absent" / "gpu_parsers.py"
+    result = run_module(tmp_path, f"dest={dest}", module="gpubox.gpubox.gpu_check_library")
+    assert result["failed"] and "does not exist" in result["msg"] and not dest.parent.exists()
 
 
 # --------------------------------------------------------------------------- the probe program
