@@ -1,11 +1,13 @@
 #!/usr/bin/python
-"""Ansible module: gather the GPU facts of a gpubox from nvidia-smi, or from sysfs before a driver works."""
+# Copyright: gpubox developers
+# Apache License 2.0 (see galaxy.yml); this file is not GPL-licensed.
+"""Ansible module gpubox.gpubox.gpu_facts: the GPU facts of a gpubox from nvidia-smi, or from sysfs without a driver."""
 
 from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: gpubox_gpu_facts
+module: gpu_facts
 short_description: Gather NVIDIA GPU facts from nvidia-smi, falling back to the PCI view in sysfs
 description:
   - Runs C(nvidia-smi -q -x), C(nvidia-smi topo -m), C(nvidia-smi topo -p2p r) and
@@ -29,18 +31,19 @@ options:
     default: /
 attributes:
   check_mode:
+    description: Can run in check_mode and return changed status prediction without modifying target.
     support: full
     details: Only reads; runs the same in check mode.
 author:
-  - gpubox maintainers
+  - gpubox developers (!UNKNOWN)
 """
 
 EXAMPLES = r"""
 - name: Gather the GPU facts.
-  gpubox_gpu_facts:
+  gpubox.gpubox.gpu_facts:
 
 - name: Gather the GPU facts from a test tree.
-  gpubox_gpu_facts:
+  gpubox.gpubox.gpu_facts:
     nvidia_smi: /usr/bin/nvidia-smi
     sysfs_root: /srv/fake-root
 
@@ -111,7 +114,12 @@ ansible_facts:
 import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
-from ansible_collections.gpubox.gpubox.plugins.module_utils.gpu_parsers import QUERY_FIELDS, GpuParseError, gpu_facts  # noqa: E402
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils.gpu_parsers import (  # noqa: E402
+    QUERY_FIELDS,
+    GpuParseError,
+    gpu_facts,
+)
 
 
 def _find_nvidia_smi(module: AnsibleModule, name: str) -> str | None:
