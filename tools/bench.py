@@ -19,11 +19,10 @@ from typing import Any
 
 import yaml
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
+
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_DIR = ROOT / "tests" / "data" / "calibration"
-
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
 
 GIB = 1024**3
 # logged key -> planner key

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible.errors import AnsibleFilterError
+
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
     desired_state,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 name: desired_state
-author: gpubox developers
+author: gpubox developers (!UNKNOWN)
 short_description: The checked desired state of a gpubox
 description:
   - Reads every fact of the desired state (the gpubox_* variables listed in
@@ -33,7 +33,8 @@ _raw:
 """
 
 from ansible.plugins.lookup import LookupBase
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state  # noqa: E402
 
 
 class LookupModule(LookupBase):
@@ -45,7 +46,7 @@ class LookupModule(LookupBase):
                 continue
             try:
                 raw[name] = self._templar.template(variables[name])
-            except Exception as exc:  # noqa: BLE001 - an undefined or broken template is reported by name
+            except Exception as exc:
                 raw[name] = desired_state.UNSET
                 raw.setdefault("__template_errors", []).append(f"{name} could not be templated: {exc}")
         state = desired_state.validate(raw)

@@ -75,7 +75,11 @@ RENDERED_FLAGS: dict[str, str] = {
     "--disable-log-requests": "vllm_service_disable_log_requests",
 }
 # Single-dash aliases vLLM 0.7.3 defines for rendered flags (argparse also reads "-q awq" as "-qawq").
-FLAG_ALIASES: dict[str, str] = {"-tp": "--tensor-parallel-size", "-pp": "--pipeline-parallel-size", "-q": "--quantization"}
+FLAG_ALIASES: dict[str, str] = {
+    "-tp": "--tensor-parallel-size",
+    "-pp": "--pipeline-parallel-size",
+    "-q": "--quantization",
+}
 SECRET_FLAGS = ("--api-key",)
 
 # Directories the model store or the environment must never be (the store chmods its root) nor live
@@ -123,7 +127,10 @@ def _int(low: int, high: int, example: str) -> Callable[[str, Any], int]:
         if isinstance(value, bool):
             raise _Bad(f"{name} must be an integer, got the boolean {value!r}: e.g. {example}")
         if isinstance(value, float):
-            raise _Bad(f"{name} must be an integer, got the number {_short(value)}: write it without a fraction, e.g. {example}")
+            raise _Bad(
+                f"{name} must be an integer, got the number {_short(value)}: "
+                f"write it without a fraction, e.g. {example}"
+            )
         if isinstance(value, str):
             text = value.strip()
             if not _INT_TEXT.match(text):
@@ -291,11 +298,15 @@ def flag_problem(arg: str) -> str | None:
                 )
         for rendered, source in RENDERED_FLAGS.items():
             if rendered.startswith(flag):
-                return f"{arg!r} would be read by vLLM's parser as {rendered}, which gpubox renders: set {source} instead"
+                return (
+                    f"{arg!r} would be read by vLLM's parser as {rendered}, which gpubox renders: set {source} instead"
+                )
         return None
     for alias, rendered in FLAG_ALIASES.items():
         if head.startswith(alias):
-            return f"{arg!r} is vLLM's {alias} ({rendered}), which gpubox renders: set {RENDERED_FLAGS[rendered]} instead"
+            return (
+                f"{arg!r} is vLLM's {alias} ({rendered}), which gpubox renders: set {RENDERED_FLAGS[rendered]} instead"
+            )
     return None
 
 
@@ -347,7 +358,8 @@ FACTS: dict[str, Fact] = {
     "gpubox_gpu_memory_mib": Fact(_int(1024, 1 << 22, "24576"), True, _TOPOLOGY),
     "gpubox_model_id": Fact(_model_id, True, _TOPOLOGY),
     "gpubox_model_revision": Fact(
-        _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"), True,
+        _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"),
+        True,
         "set the revision to serve (a commit pins the weights)",
     ),
     "gpubox_model_dtype": Fact(_choice(DTYPES, "vLLM 0.7.3 --dtype"), True, "use auto, or the model's torch_dtype"),
@@ -385,7 +397,7 @@ def check(name: str, value: Any) -> tuple[Any, str | None]:
         return fact.check(name, value), None
     except _Bad as exc:
         return value, str(exc)
-    except Exception as exc:  # noqa: BLE001 - any odd input becomes a message, never a traceback
+    except Exception as exc:
         return value, f"{name} could not be read ({type(exc).__name__}): {_short(value)}"
 
 
@@ -418,7 +430,11 @@ class State:
 
 def _cross_checks(state: State) -> None:
     v = state.values
-    tp, pp, count = v.get("gpubox_tensor_parallel_size"), v.get("gpubox_pipeline_parallel_size"), v.get("gpubox_gpu_count")
+    tp, pp, count = (
+        v.get("gpubox_tensor_parallel_size"),
+        v.get("gpubox_pipeline_parallel_size"),
+        v.get("gpubox_gpu_count"),
+    )
     if isinstance(tp, int) and isinstance(pp, int) and isinstance(count, int) and tp * pp > count:
         state.errors.append(
             f"gpubox_tensor_parallel_size x gpubox_pipeline_parallel_size = {tp * pp} GPUs but gpubox_gpu_count is "
@@ -431,12 +447,15 @@ def _cross_checks(state: State) -> None:
             "it): raise it or leave it null"
         )
     root, prefix = v.get("gpubox_model_root"), v.get("gpubox_env_prefix")
-    if isinstance(root, str) and isinstance(prefix, str):
-        if root == prefix or root.startswith(prefix + "/") or prefix.startswith(root + "/"):
-            state.errors.append(
-                f"gpubox_model_root ({root}) and gpubox_env_prefix ({prefix}) overlap: keep the model store and the "
-                "Python environment in separate directories"
-            )
+    if (
+        isinstance(root, str)
+        and isinstance(prefix, str)
+        and (root == prefix or root.startswith(prefix + "/") or prefix.startswith(root + "/"))
+    ):
+        state.errors.append(
+            f"gpubox_model_root ({root}) and gpubox_env_prefix ({prefix}) overlap: keep the model store and the "
+            "Python environment in separate directories"
+        )
 
 
 def validate(values: Mapping[str, Any]) -> State:
@@ -448,7 +467,7 @@ def validate(values: Mapping[str, Any]) -> State:
     for name in FACTS:
         try:
             raw = values.get(name, UNSET)
-        except Exception:  # noqa: BLE001 - a broken mapping is reported, not raised
+        except Exception:
             raw = UNSET
         value, error = check(name, raw)
         state.values[name] = value

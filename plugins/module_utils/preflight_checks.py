@@ -29,8 +29,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, desired_state
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, desired_state, model_catalog
 
 GIB = 1024**3
 MIB = 1024**2
@@ -52,6 +51,7 @@ PCI_DEVICE_IDS = {
     "NVIDIA GeForce RTX 4090": "0x2684",
     "NVIDIA H200": "0x2335",
 }
+
 
 @dataclass
 class _Report:
@@ -290,9 +290,7 @@ def _is_about(error: str, names: set[str]) -> bool:
     return head in names
 
 
-def _check_plan(
-    facts: dict[str, Any], model: dict[str, Any] | None, refused: set[str], report: _Report
-) -> dict | None:
+def _check_plan(facts: dict[str, Any], model: dict[str, Any] | None, refused: set[str], report: _Report) -> dict | None:
     gpu, serving = capacity_planner.inventory_inputs(facts)
     if model is not None and not refused:
         result = capacity_planner.plan(model, gpu, serving)

@@ -17,9 +17,7 @@ from typing import Any
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
 
 # Flags rendered from facts, in order: (flag, fact). Boolean facts render as a bare flag when true.
-_VALUE_FLAGS = (
-    ("--served-model-name", "gpubox_served_model_name"),
-)
+_VALUE_FLAGS = (("--served-model-name", "gpubox_served_model_name"),)
 _SERVING_FLAGS = (
     ("--tensor-parallel-size", "gpubox_tensor_parallel_size"),
     ("--pipeline-parallel-size", "gpubox_pipeline_parallel_size"),
@@ -70,7 +68,9 @@ def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_reque
     if not isinstance(host, str) or not _HOST.match(host):
         raise VllmProfileError(f"vllm_service_host must be an address or host name, got {host!r}.")
     if not isinstance(disable_log_requests, bool):
-        raise VllmProfileError(f"vllm_service_disable_log_requests must be true or false, got {disable_log_requests!r}.")
+        raise VllmProfileError(
+            f"vllm_service_disable_log_requests must be true or false, got {disable_log_requests!r}."
+        )
     root, model_id = _fact(state, "gpubox_model_root"), _fact(state, "gpubox_model_id")
     args = ["--model", f"{root}/{model_id.rsplit('/', 1)[1]}"]
     for flag, name in _VALUE_FLAGS:

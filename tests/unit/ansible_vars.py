@@ -26,10 +26,10 @@ def templar_for(
 
     ``groups``: add ``host`` to these inventory groups first (a box of a topology with no host yet).
     """
+    from ansible.inventory.manager import InventoryManager
     from ansible.parsing.dataloader import DataLoader
     from ansible.playbook.play import Play
     from ansible.template import Templar
-    from ansible.inventory.manager import InventoryManager
     from ansible.vars.manager import VariableManager
 
     # The plugin loader is set up once, by tests/unit/conftest.py.
@@ -42,9 +42,7 @@ def templar_for(
     extra = {"vault_gpubox_api_key": TEST_KEY}
     extra.update(extra_vars or {})
     vm._extra_vars = extra
-    play = Play.load(
-        {"hosts": host, "gather_facts": False, "roles": list(roles)}, variable_manager=vm, loader=loader
-    )
+    play = Play.load({"hosts": host, "gather_facts": False, "roles": list(roles)}, variable_manager=vm, loader=loader)
     variables = vm.get_vars(play=play, host=inv.get_host(host))
     return Templar(loader=loader, variables=variables), variables
 

@@ -2,24 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import re
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+import bench
+import plan as plan_tool
+from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
+
 ROOT = Path(__file__).resolve().parents[2]
 
-import bench  # noqa: E402
-from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
-import plan as plan_tool  # noqa: E402
-
 GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"
-FACTS_MD = Path("/work/shared/docs/facts.md")
+FACTS_MD = ROOT.parent / "shared" / "docs" / "facts.md"  # shared/ lies beside the checkout
 GIB = 1024**3
 
 

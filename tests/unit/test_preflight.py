@@ -14,15 +14,13 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-import ansible_vars
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+import ansible_vars
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers, model_catalog, preflight_checks
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers
-from ansible_collections.gpubox.gpubox.plugins.module_utils import preflight_checks
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+ROOT = Path(__file__).resolve().parents[2]
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"

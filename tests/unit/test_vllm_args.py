@@ -12,6 +12,7 @@ import shlex
 from typing import Any
 
 import pytest
+
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import (
     VllmProfileError,
     systemd_quote,
@@ -25,9 +26,7 @@ TOPOLOGIES = ("gpu_2x3090", "gpu_4x4090")
 
 def group_state(group: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
     """The checked desired state of a host of ``group`` in the production inventory."""
-    return render(
-        _host(group), "query('gpubox.gpubox.desired_state') | first", extra_vars=overrides, groups=(group,)
-    )
+    return render(_host(group), "query('gpubox.gpubox.desired_state') | first", extra_vars=overrides, groups=(group,))
 
 
 def _host(group: str) -> str:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 import venv
 from pathlib import Path
@@ -22,10 +21,10 @@ from typing import Any
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import vllm_args
-from test_vllm_args import TOPOLOGIES, role_profile  # noqa: E402
+from test_vllm_args import TOPOLOGIES, role_profile
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.vllm073
 
@@ -118,20 +117,20 @@ def test_real_parser_accepts_rendered_args(vllm_python: Path, group: str) -> Non
     assert result.returncode == 0, result.stderr[-3000:]
     parsed = json.loads(result.stdout.strip().splitlines()[-1])
 
-    assert parsed["model"] == profile["model_dir"]
-    assert parsed["served_model_name"] == [profile["served_model_name"]]
-    assert parsed["host"] == profile["host"]
-    assert parsed["port"] == int(profile["port"])
-    assert parsed["tensor_parallel_size"] == int(profile["tensor_parallel_size"])
-    assert parsed["pipeline_parallel_size"] == int(profile["pipeline_parallel_size"] or 1)
-    assert parsed["gpu_memory_utilization"] == pytest.approx(float(profile["gpu_memory_utilization"]))
-    assert parsed["max_model_len"] == int(profile["max_model_len"])
-    assert parsed["max_num_seqs"] == int(profile["max_num_seqs"])
-    assert parsed["max_num_batched_tokens"] == profile["max_num_batched_tokens"]
-    assert parsed["dtype"] == profile["dtype"]
-    assert parsed["quantization"] == profile["quantization"]
-    assert parsed["kv_cache_dtype"] == profile["kv_cache_dtype"]
-    assert parsed["enforce_eager"] is bool(profile["enforce_eager"])
+    assert parsed["model"] == profile["gpubox_model_dir"]
+    assert parsed["served_model_name"] == [profile["gpubox_served_model_name"]]
+    assert parsed["host"] == "0.0.0.0"
+    assert parsed["port"] == profile["gpubox_port"]
+    assert parsed["tensor_parallel_size"] == profile["gpubox_tensor_parallel_size"]
+    assert parsed["pipeline_parallel_size"] == profile["gpubox_pipeline_parallel_size"]
+    assert parsed["gpu_memory_utilization"] == pytest.approx(profile["gpubox_gpu_memory_utilization"])
+    assert parsed["max_model_len"] == profile["gpubox_max_model_len"]
+    assert parsed["max_num_seqs"] == profile["gpubox_max_num_seqs"]
+    assert parsed["max_num_batched_tokens"] == profile["gpubox_max_num_batched_tokens"]
+    assert parsed["dtype"] == profile["gpubox_model_dtype"]
+    assert parsed["quantization"] == profile["gpubox_model_quantization"]
+    assert parsed["kv_cache_dtype"] == profile["gpubox_kv_cache_dtype"]
+    assert parsed["enforce_eager"] is profile["gpubox_enforce_eager"]
     assert parsed["disable_log_requests"] is True
     assert parsed["api_key"] is None
 
@@ -141,3 +140,48 @@ def test_real_parser_rejects_an_unknown_flag(vllm_python: Path) -> None:
     result = _parse(vllm_python, args)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "--no-such-flag-in-vllm-073" in result.stderr
+
+
+# Runs inside the vLLM venv: the parser's choices for the flags desired_state validates.
+CHOICES = """
+import json
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils import FlexibleArgumentParser
+parser = make_arg_parser(FlexibleArgumentParser())
+print(json.dumps({a.dest: list(a.choices) for a in parser._actions if a.choices is not None}))
+"""
+
+
+def test_desired_state_choices_are_vllm_073s(vllm_python: Path) -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+
+    out = subprocess.run([str(vllm_python), "-c", CHOICES], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-2000:]
+    choices = json.loads(out.stdout.strip().splitlines()[-1])
+    assert set(desired_state.DTYPES) == set(choices["dtype"])
+    assert set(desired_state.KV_CACHE_DTYPES) == set(choices["kv_cache_dtype"])
+    assert set(desired_state.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
+    assert set(choices["quantization"]) - {None} == set(desired_state.QUANTIZATIONS)
+    assert set(desired_state.BLOCK_SIZES) <= set(choices["block_size"])
+
+
+@pytest.mark.parametrize("flag", ["--api_key", "--api-ke", "--max_model_len", "-tp4", "-qawq", "--served-model"])
+def test_the_parser_reads_refused_spellings_as_rendered_flags(vllm_python: Path, flag: str) -> None:
+    """Every spelling desired_state refuses really is read by vLLM 0.7.3 as the key or a rendered flag."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+
+    assert desired_state.flag_problem(flag) is not None
+    base = [a for a in vllm_args(role_profile(TOPOLOGIES[0]))]
+    value = [] if flag.startswith(("-tp", "-q")) else ["x" if "key" in flag or "served" in flag else "4096"]
+    result = _parse(vllm_python, [*base, flag, *value])
+    assert result.returncode == 0, result.stderr[-2000:]
+    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    changed = {
+        "--api_key": parsed["api_key"] == "x",
+        "--api-ke": parsed["api_key"] == "x",
+        "--max_model_len": parsed["max_model_len"] == 4096,
+        "-tp4": parsed["tensor_parallel_size"] == 4,
+        "-qawq": parsed["quantization"] == "awq",
+        "--served-model": parsed["served_model_name"] == ["x"],
+    }[flag]
+    assert changed, parsed
