@@ -109,3 +109,16 @@ def test_local_facts_written(host):
     assert check["links"]["0-1"].startswith("NV")
     cuda = json.loads(host.file("/etc/ansible/facts.d/gpubox_cuda.fact").content_string)
     assert cuda["version"] == "12.2"
+
+
+def test_reboot_gate_honoured_the_host_var_gpubox_reboot_skip(host):
+    # host_vars/gpubox-m-2x3090.yml sets gpubox_reboot_skip: true. The container condition holds too;
+    # the gate must record the host var as the cause (it outranks the container), which it can only do
+    # if the host var reached it (a play var would have overridden it).
+    gate = json.loads(host.file("/etc/ansible/facts.d/gpubox_reboot.fact").content_string)
+    assert "NVIDIA driver or nouveau blacklist changed" in gate["reasons"], gate
+    assert gate["decision"] == "skipped", gate
+    assert gate["skipped_by"] == "gpubox_reboot_skip", gate
+    assert gate["skip_causes"] == ["gpubox_reboot_skip", "container"], gate
+    # the reasons stay pending in this boot (the idempotence run had no handler to repeat them)
+    assert gate["boot_id"] == host.file("/proc/sys/kernel/random/boot_id").content_string.strip()

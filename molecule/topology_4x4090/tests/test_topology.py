@@ -27,3 +27,12 @@ def test_gpu_check_saw_four_gpus_without_p2p(host):
 
 def test_swappiness_from_group_vars(host):
     assert "vm.swappiness=1" in host.file("/etc/sysctl.d/60-gpubox.conf").content_string.replace(" ", "")
+
+
+def test_reboot_gate_skipped_only_because_this_is_a_container(host):
+    # No gpubox_reboot_skip here (roles/gpubox default false): the container is the only cause.
+    gate = json.loads(host.file("/etc/ansible/facts.d/gpubox_reboot.fact").content_string)
+    assert "NVIDIA driver or nouveau blacklist changed" in gate["reasons"], gate
+    assert gate["decision"] == "skipped", gate
+    assert gate["skipped_by"] == "container", gate
+    assert gate["skip_causes"] == ["container"], gate
