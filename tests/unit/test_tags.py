@@ -1,0 +1,117 @@
+"""Tags per layer: `ansible-playbook site.yml --tags <layer>` lists that layer's tasks and preflight's, nothing else.
+
+Read from Ansible itself (`--list-tasks`). Role argument validation (Ansible's own task, tagged always,
+read-only) is listed under every tag and is not a layer's work.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+ROLES = {p.name for p in (ROOT / "roles").iterdir() if p.is_dir()}
+PREFLIGHT_PLAY = "Preflight (checks only, changes nothing)"
+REBOOT_GATE_PLAY = "Reboot once when the host layer needs it"
+REPORT_PLAY = "Report what the box runs"
+ARGSPEC = "Validating arguments against arg spec"
+# The roles whose tasks each tag runs besides preflight (the shared gpubox role may appear in any).
+LAYERS = {
+    "preflight": set(),
+    "driver": {"nvidia_driver"},
+    "cuda": {"cuda_toolkit"},
+    "tuning": {"gpu_tuning"},
+    "env": {"python_env"},
+    "model": {"model_store"},
+    "service": {"vllm_service"},
+    "report": set(),
+}
+# Plays outside preflight that must list a task for the tag (the reboot gate guards the host layer).
+PLAYS = {
+    "driver": {REBOOT_GATE_PLAY},
+    "cuda": {REBOOT_GATE_PLAY},
+    "tuning": {REBOOT_GATE_PLAY},
+    "report": {REPORT_PLAY},
+}
+
+_PLAY = re.compile(r"^  play #\d+ \([^)]*\): (?P<name>.*?)\tTAGS: \[(?P<tags>.*)\]$")
+_TASK = re.compile(r"^ {6}(?P<task>.+?)\tTAGS: \[(?P<tags>.*)\]$")
+
+
+@dataclass(frozen=True)
+class Task:
+    play: str
+    role: str | None
+    name: str
+    tags: frozenset[str]
+
+
+@cache
+def listed(*args: str) -> tuple[Task, ...]:
+    proc = subprocess.run(
+        [str(ANSIBLE_PLAYBOOK), "site.yml", "-i", "inventories/production", "--list-tasks", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    tasks, play = [], None
+    for line in proc.stdout.splitlines():
+        if m := _PLAY.match(line):
+            play = m["name"]
+        elif (m := _TASK.match(line)) and play:
+            role, sep, rest = m["task"].partition(" : ")
+            name, role = (rest, role) if sep and role in ROLES else (m["task"], None)
+            tags = frozenset(t.strip() for t in m["tags"].split(",") if t.strip())
+            tasks.append(Task(play, role, name, tags))
+    assert tasks, proc.stdout
+    return tuple(tasks)
+
+
+def layer_tasks(tag: str) -> list[Task]:
+    return [t for t in listed("--tags", tag) if t.play != PREFLIGHT_PLAY and not t.name.startswith(ARGSPEC)]
+
+
+def test_every_preflight_task_is_tagged_always() -> None:
+    preflight = [t for t in listed() if t.play == PREFLIGHT_PLAY]
+    assert preflight
+    assert all("always" in t.tags for t in preflight), [t.name for t in preflight if "always" not in t.tags]
+
+
+@pytest.mark.parametrize("tag", sorted(LAYERS))
+def test_a_tag_runs_preflight_and_its_layer_only(tag: str) -> None:
+    everything = listed()
+    selected = listed("--tags", tag)
+    # preflight, whole, whatever the tag
+    assert [t for t in selected if t.play == PREFLIGHT_PLAY] == [t for t in everything if t.play == PREFLIGHT_PLAY]
+    layer = layer_tasks(tag)
+    assert all(tag in t.tags for t in layer), [t for t in layer if tag not in t.tags]
+    roles = {t.role for t in layer if t.role}
+    assert LAYERS[tag] <= roles <= LAYERS[tag] | {"gpubox"}, roles
+    for other, other_roles in LAYERS.items():
+        if other != tag:
+            assert not roles & other_roles, f"--tags {tag} lists tasks of {roles & other_roles}"
+    assert PLAYS.get(tag, set()) <= {t.play for t in layer}
+    # what the argument validation of other roles does is read-only and always tagged
+    assert all("always" in t.tags for t in selected if t.name.startswith(ARGSPEC))
+
+
+def test_model_tag_republishes_only_the_model() -> None:
+    layer = layer_tasks("model")
+    assert layer and {t.role for t in layer if t.role} == {"model_store"}
+    assert {t.play for t in layer} == {"Serve the model with vLLM"}
+
+
+def test_every_layer_task_has_a_layer_tag() -> None:
+    untagged = [
+        t for t in listed() if t.play != PREFLIGHT_PLAY and not t.name.startswith(ARGSPEC) and not t.tags & set(LAYERS)
+    ]
+    assert not untagged, untagged
