@@ -14,7 +14,7 @@ The limit (-l, or the positional argument) is a comma-separated list of groups a
 the topology groups (children of gpu_boxes) are planned. A group prints one plan when its hosts share
 every fact (one per set of hosts otherwise); a group without hosts is planned from its variables.
 
-Each box's desired state is checked first by plugins/module_utils/desired_state.py, then planned by
+Each box's desired state is checked first by plugins/module_utils/state_checks.py, then planned by
 the same code as preflight (model_catalog.planned_model, capacity_planner.inventory_inputs and
 capacity_planner.plan). The API key is neither read nor printed: the plan does not need it.
 
@@ -44,7 +44,7 @@ from ansible.utils.context_objects import CLIArgs
 from ansible.utils.vars import combine_vars, load_extra_vars
 from ansible.vars.manager import VariableManager
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, desired_state, model_catalog
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = ROOT / "inventories" / "production"
@@ -202,8 +202,8 @@ def host_facts(session: Session, host: str) -> tuple[dict[str, Any], list[str]]:
     templar = Templar(loader=session.loader, variables=merged)
     values: dict[str, Any] = {}
     errors: list[str] = []
-    for name in desired_state.FACTS:
-        if name in desired_state.SECRET_FACTS or name not in merged:
+    for name in state_checks.FACTS:
+        if name in state_checks.SECRET_FACTS or name not in merged:
             continue
         try:
             values[name] = _plain(templar.template(merged[name]))
@@ -214,11 +214,11 @@ def host_facts(session: Session, host: str) -> tuple[dict[str, Any], list[str]]:
 
 
 def check(values: Mapping[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """desired_state.validate() without the API key: (normalized facts, errors naming the variable)."""
-    state = desired_state.validate(values)
-    secret = tuple(desired_state.SECRET_FACTS)
+    """state_checks.validate() without the API key: (normalized facts, errors naming the variable)."""
+    state = state_checks.validate(values)
+    secret = tuple(state_checks.SECRET_FACTS)
     errors = [line for line in state.errors if not line.startswith(secret)]
-    public = {k: v for k, v in state.values.items() if k not in desired_state.SECRET_FACTS}
+    public = {k: v for k, v in state.values.items() if k not in state_checks.SECRET_FACTS}
     return public, errors
 
 

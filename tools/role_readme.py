@@ -35,7 +35,7 @@ def rows(role: Path, names: set[str] | None = None) -> list[str]:
         default = opt.get("default", None)
         kind = opt.get("type", "str")
         description = str(opt.get("description", ""))
-        # Desired-state facts are typed raw (their validator is desired_state.py); the description
+        # Desired-state facts are typed raw (their validator is state_checks.py); the description
         # opens with the real type in parentheses.
         if kind == "raw" and description.startswith("(") and ")" in description:
             kind, description = description[1:].split(")", 1)
@@ -66,9 +66,9 @@ def updated(readme: str, role: Path) -> str:
 
 
 def facts_table() -> str:
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
-    return "\n".join([FACTS_BEGIN, *rows(ROOT / "roles" / "gpubox", set(desired_state.FACTS)), FACTS_END])
+    return "\n".join([FACTS_BEGIN, *rows(ROOT / "roles" / "gpubox", set(state_checks.FACTS)), FACTS_END])
 
 
 def main() -> int:

@@ -22,9 +22,9 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
-    desired_state,
     model_catalog,
     preflight_checks,
+    state_checks,
     vllm_cmdline,
 )
 
@@ -67,7 +67,7 @@ def preflight(host: dict, config: dict) -> dict:
 
 def state_errors(values: Mapping[str, Any]) -> list[str]:
     """Every problem of the desired state (the gpubox_* facts), one line each naming the variable."""
-    return desired_state.validate(values).errors
+    return state_checks.validate(values).errors
 
 
 def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_requests: bool = True) -> list[str]:

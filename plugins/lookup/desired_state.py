@@ -8,7 +8,7 @@ author: gpubox developers (!UNKNOWN)
 short_description: The checked desired state of a gpubox
 description:
   - Reads every fact of the desired state (the gpubox_* variables listed in
-    plugins/module_utils/desired_state.py, defaulted in the gpubox role) from the current variables,
+    plugins/module_utils/state_checks.py, defaulted in the gpubox role) from the current variables,
     checks each with the one validator, and returns the normalized values without the API key
     (C(gpubox_api_key_set) says whether it is valid), the derived C(gpubox_model_name) and
     C(gpubox_model_dir), and C(errors), one line per problem naming the variable and the fix.
@@ -32,24 +32,24 @@ _raw:
   elements: dict
 """
 
-from ansible.plugins.lookup import LookupBase
+from ansible.plugins.lookup import LookupBase  # noqa: E402 - after the documentation, as Ansible plugins are laid out
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks  # noqa: E402
 
 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         variables = variables or {}
         raw = {}
-        for name in desired_state.FACTS:
+        for name in state_checks.FACTS:
             if name not in variables:
                 continue
             try:
                 raw[name] = self._templar.template(variables[name])
             except Exception as exc:
-                raw[name] = desired_state.UNSET
+                raw[name] = state_checks.UNSET
                 raw.setdefault("__template_errors", []).append(f"{name} could not be templated: {exc}")
-        state = desired_state.validate(raw)
+        state = state_checks.validate(raw)
         public = state.public()
         public["errors"] = list(raw.get("__template_errors", [])) + public["errors"]
         return [public]

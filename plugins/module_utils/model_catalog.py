@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
 # Fields that must agree between a catalog entry and the downloaded config.json.
 CONFIG_FIELDS = (
@@ -203,9 +203,9 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"(as in {model_id}'s config.json)"
         )
     quantization = facts.get("quantization")
-    if quantization is not None and quantization not in desired_state.QUANTIZATIONS:
+    if quantization is not None and quantization not in state_checks.QUANTIZATIONS:
         raise ValueError(
-            f"{name}: quantization must be null or a vLLM 0.7.3 method ({', '.join(desired_state.QUANTIZATIONS)}), "
+            f"{name}: quantization must be null or a vLLM 0.7.3 method ({', '.join(state_checks.QUANTIZATIONS)}), "
             f"got {quantization!r}"
         )
     if not isinstance(facts["torch_dtype"], str) or facts["torch_dtype"].lower() not in _DTYPES:

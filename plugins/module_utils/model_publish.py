@@ -42,7 +42,7 @@ from typing import Any, Callable, Optional
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 from ansible_collections.gpubox.gpubox.plugins.module_utils.model_catalog import config_mismatches
 
 MANIFEST_NAME = ".gpubox-manifest.json"
@@ -594,7 +594,7 @@ class Request:
     argument_spec (and its DOCUMENTATION), nowhere else.
 
     Construction checks what the argument_spec cannot: the model id, revision and store root with the
-    one validator of the desired state (``desired_state.check``, so the module refuses exactly what
+    one validator of the desired state (``state_checks.check``, so the module refuses exactly what
     preflight refuses) and the numeric bounds. A refusal raises ModelStoreError naming the option.
     """
 
@@ -625,7 +625,7 @@ class Request:
             ("revision", "gpubox_model_revision"),
             ("root", "gpubox_model_root"),
         ):
-            value, error = desired_state.check(fact, getattr(self, option))
+            value, error = state_checks.check(fact, getattr(self, option))
             if error:
                 problems.append(f"{option}: {error}")
             else:

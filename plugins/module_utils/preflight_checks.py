@@ -10,17 +10,14 @@ host keys (all optional; a missing one is reported, not raised):
   distribution, distribution_version   Ansible's facts ("Ubuntu", "22.04")
   memtotal_mb                          Ansible's ansible_memtotal_mb (MiB)
   gpu                                  the ``gpubox_gpu`` fact (plugins/module_utils/gpu_parsers.py)
-  disk_free_bytes, disk_mount          free bytes of the filesystem holding model_store_root, its mount
+  disk_free_bytes, disk_mount          free bytes of the filesystem holding gpubox_model_root, its mount
   model_bytes_present                  bytes already in the model's directory there (0 when absent)
   secure_boot                          bool, what nvidia_driver's validate.yml recorded
 
-config keys: the gpubox_* inventory variables (INVENTORY_NAMES in gpubox_capacity plus gpubox_port,
-gpubox_served_model_name, and gpubox_model_config: the config.json facts of a model that is not in
-the catalog, used instead of the catalog entry; see model_catalog.inventory_model), model_store_root,
-api_key_set (bool), preflight_ram_factor, preflight_disk_headroom_bytes, preflight_supported_os
-(["Ubuntu 22.04", "Debian 12"]), secure_boot_warning (the distro's note when Secure Boot needs action, or empty).
-
-Imported by path (the filter plugin puts this directory on sys.path), like gpubox_capacity.
+config keys: the desired state, either as the gpubox.gpubox.desired_state lookup returns it (checked,
+with ``errors``) or as raw gpubox_* variables (checked here by state_checks, the one validator), plus
+preflight_ram_factor, preflight_disk_headroom_bytes, preflight_supported_os (["Ubuntu 22.04",
+"Debian 12"]) and secure_boot_warning (the distro's note when Secure Boot needs action, or empty).
 """
 
 from __future__ import annotations
@@ -29,7 +26,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, desired_state, model_catalog
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
 
 GIB = 1024**3
 MIB = 1024**2
@@ -86,17 +83,17 @@ def _coerce(value: Any, kind: type) -> Any:
 
 
 def desired(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
-    """The checked desired state: (normalized facts + gpubox_model_dir, errors), by desired_state.
+    """The checked desired state: (normalized facts + gpubox_model_dir, errors), by state_checks.
 
     ``config`` is either the gpubox.gpubox.desired_state lookup's result (already checked: it carries
     ``errors`` and ``gpubox_api_key_set``) or raw inventory variables, which are checked here.
     """
     if isinstance(config.get("errors"), list) and "gpubox_api_key_set" in config:
-        values = {name: config.get(name) for name in desired_state.FACTS if name not in desired_state.SECRET_FACTS}
+        values = {name: config.get(name) for name in state_checks.FACTS if name not in state_checks.SECRET_FACTS}
         values["gpubox_model_dir"] = config.get("gpubox_model_dir")
         return values, [str(e) for e in config["errors"]]
-    state = desired_state.validate(config)
-    values = {k: v for k, v in state.values.items() if k not in desired_state.SECRET_FACTS}
+    state = state_checks.validate(config)
+    values = {k: v for k, v in state.values.items() if k not in state_checks.SECRET_FACTS}
     values["gpubox_model_dir"] = state.model_dir
     return values, list(state.errors)
 
@@ -111,7 +108,7 @@ def _gpu_label(gpu: dict[str, Any]) -> str:
 
 def _os_matches(entry: str, distribution: str, version: str) -> bool:
     """ "Debian 12" matches Debian 12 and 12.8; "Ubuntu 22.04" matches 22.04 only (not 22.10 or 20.04)."""
-    name, _, want = entry.strip().rpartition(" ")
+    name, _space, want = entry.strip().rpartition(" ")
     if not name or name.lower() != distribution.lower():
         return False
     want_parts, have_parts = want.split("."), version.split(".")
@@ -182,7 +179,7 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
     if not isinstance(fact, dict) or not isinstance(fact.get("gpus"), list):
         report.row("GPUs", "no GPU facts", False)
         report.errors.append(
-            "no GPU facts (gpubox_gpu) were gathered: run the gpubox_gpu_facts module before preflight"
+            "no GPU facts (gpubox_gpu) were gathered: run the gpubox.gpubox.gpu_facts module before preflight"
         )
         return None
     gpus = [g for g in fact["gpus"] if isinstance(g, dict)]
@@ -420,7 +417,7 @@ def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     facts, state_errors = desired(config)
     report.errors.extend(state_errors)
     # A fact the desired state refused is not checked again under another wording.
-    refused = {name for name in desired_state.FACTS if any(e.startswith(name) for e in state_errors)}
+    refused = {name for name in state_checks.FACTS if any(e.startswith(name) for e in state_errors)}
     facts = {k: (None if k in refused else v) for k, v in facts.items()}
     _check_os(host, supported, report)
     present = _check_gpus(host, facts, report)

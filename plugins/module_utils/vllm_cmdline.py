@@ -5,7 +5,7 @@ tests/unit/test_vllm_args.py tests them, and tests/vllm073/ feeds their output t
 argument parser.
 
 The command line is rendered from the desired state (the gpubox_* facts), each checked by
-desired_state.py, the one validator preflight uses too, so every error names the variable to fix.
+state_checks.py, the one validator preflight uses too, so every error names the variable to fix.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
 # Flags rendered from facts, in order: (flag, fact). Boolean facts render as a bare flag when true.
 _VALUE_FLAGS = (("--served-model-name", "gpubox_served_model_name"),)
@@ -32,8 +32,8 @@ _SERVING_FLAGS = (
 )
 # Values equal to vLLM's own default are left out (the command line stays the seed's).
 _OMIT_WHEN = {"gpubox_pipeline_parallel_size": 1, "gpubox_kv_cache_dtype": "auto"}
-RENDERED_FLAGS = frozenset(desired_state.RENDERED_FLAGS)
-SECRET_FLAGS = frozenset(desired_state.SECRET_FLAGS)
+RENDERED_FLAGS = frozenset(state_checks.RENDERED_FLAGS)
+SECRET_FLAGS = frozenset(state_checks.SECRET_FLAGS)
 
 # Characters systemd passes through unquoted in ExecStart= (no whitespace, quotes, backslash,
 # specifier '%', variable '$' or ';' command separator).
@@ -46,7 +46,7 @@ class VllmProfileError(ValueError):
 
 
 def _fact(state: Mapping[str, Any], name: str) -> Any:
-    value, error = desired_state.check(name, state.get(name, desired_state.UNSET))
+    value, error = state_checks.check(name, state.get(name, state_checks.UNSET))
     if error:
         raise VllmProfileError(error)
     return value
@@ -60,7 +60,7 @@ def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_reque
     """Return the arguments for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.7.3).
 
     ``state`` maps gpubox_* fact names to values (the gpubox.gpubox.desired_state lookup's result, or
-    the inventory's variables); every fact is checked by desired_state, the one validator, so an error
+    the inventory's variables); every fact is checked by state_checks, the one validator, so an error
     names the variable. ``host`` is vllm_service_host; ``disable_log_requests`` the role's knob.
     """
     if not isinstance(state, Mapping):

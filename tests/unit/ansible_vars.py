@@ -58,8 +58,8 @@ def render(host: str, expression: str, **kwargs: Any) -> Any:
 
 def facts(host: str, **kwargs: Any) -> dict[str, Any]:
     """The raw (templated, unchecked) gpubox_* facts of ``host``, keyed by variable name."""
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
     templar, variables = templar_for(host, **kwargs)
-    out = {name: templar.template(variables[name]) for name in desired_state.FACTS if name in variables}
+    out = {name: templar.template(variables[name]) for name in state_checks.FACTS if name in variables}
     return json.loads(json.dumps(out))

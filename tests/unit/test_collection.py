@@ -89,11 +89,6 @@ def test_every_plugin_resolves_by_fqcn_from_a_plain_checkout() -> None:
     assert ansible_doc_list("filter", ROOT, env) == {f"{FQCN}.{name}" for name in FILTERS}
 
 
-# The lookup desired_state and the module_utils desired_state share a name; reported to the owner of both
-# (plugins/lookup/desired_state.py is used by FQCN from the roles). Remove once one of them is renamed.
-KNOWN_CLASHES = {"desired_state.py": ["lookup", "module_utils"]}
-
-
 def basename_clashes() -> dict[str, list[str]]:
     seen: dict[str, list[str]] = defaultdict(list)
     for path in sorted(PLUGINS.glob("*/*.py")):
@@ -102,11 +97,6 @@ def basename_clashes() -> dict[str, list[str]]:
     return {name: kinds for name, kinds in seen.items() if len(kinds) > 1}
 
 
-@pytest.mark.xfail(
-    basename_clashes() == KNOWN_CLASHES,
-    reason=f"known clash, reported, not this change's to rename: {KNOWN_CLASHES}",
-    strict=True,
-)
 def test_no_two_plugin_files_share_a_basename() -> None:
     assert basename_clashes() == {}
 

@@ -1,7 +1,7 @@
 """One desired state: every fact has one name, one default and one validator, read by every part.
 
 - every gpubox_* fact is defaulted exactly once (roles/gpubox/defaults), declared with the same value
-  in its argument spec, and has a validator in plugins/module_utils/desired_state.py;
+  in its argument spec, and has a validator in plugins/module_utils/state_checks.py;
 - no role, inventory or scenario defines a second name for a fact (a variable that only renames one);
 - the vLLM unit and preflight's plan, both rendered by Ansible from the same inventory, agree;
 - every class of bad input gets one line naming the variable and the fix, and nothing raises.
@@ -19,11 +19,11 @@ import pytest
 import yaml
 
 import ansible_vars
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state, preflight_checks, vllm_cmdline
+from ansible_collections.gpubox.gpubox.plugins.module_utils import preflight_checks, state_checks, vllm_cmdline
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUBOX = ROOT / "roles" / "gpubox"
-FACTS = sorted(desired_state.FACTS)
+FACTS = sorted(state_checks.FACTS)
 TOPOLOGIES = ("gpu_2x3090", "gpu_4x4090")
 GIB = 1024**3
 
@@ -55,7 +55,7 @@ def test_gpubox_defaults_spec_and_validator_list_the_same_facts_with_equal_value
     defaults = _yaml(GPUBOX / "defaults" / "main.yml")
     spec = _yaml(GPUBOX / "meta" / "argument_specs.yml")["argument_specs"]["main"]["options"]
     assert set(defaults) == set(spec)
-    assert set(desired_state.FACTS) <= set(defaults)
+    assert set(state_checks.FACTS) <= set(defaults)
     for name, value in defaults.items():
         assert spec[name].get("default") == value, f"{name}: spec default differs from defaults/main.yml"
 
@@ -80,7 +80,7 @@ def test_no_role_defines_a_second_name_for_a_fact() -> None:
     offenders = []
     for path in sorted((ROOT / "roles").glob("*/defaults/*.yml")) + sorted((ROOT / "roles").glob("*/vars/*.yml")):
         for name, value in _yaml(path).items():
-            if isinstance(value, str) and _RENAME.match(value) and name not in desired_state.FACTS:
+            if isinstance(value, str) and _RENAME.match(value) and name not in state_checks.FACTS:
                 offenders.append(f"{path.relative_to(ROOT)}: {name} = {value}")
     assert offenders == []
 
@@ -259,7 +259,7 @@ def _good_state(group: str = "gpu_2x3090") -> dict[str, Any]:
 @pytest.mark.parametrize(("name", "value", "expect"), BAD, ids=[f"{n}={v!r}"[:60] for n, v, _ in BAD])
 def test_bad_input_gets_one_line_naming_the_variable(name: str, value: Any, expect: str | None) -> None:
     value = _degenerate(value) if isinstance(value, str) and value.startswith("DEGENERATE:") else value
-    state = desired_state.validate({**_good_state(), name: value})
+    state = state_checks.validate({**_good_state(), name: value})
     if expect is None:
         assert state.errors == []
         return
@@ -283,7 +283,7 @@ def test_preflight_refuses_what_the_roles_refuse(name: str, value: Any, expect: 
         "disk_free_bytes": 500 * GIB, "disk_mount": "/data", "model_bytes_present": 0, "gpu": None,
     }  # fmt: skip
     errors = preflight_checks.preflight(host, raw)["errors"]
-    role_errors = desired_state.validate(raw).errors
+    role_errors = state_checks.validate(raw).errors
     assert set(role_errors) <= set(errors)
 
 
@@ -291,7 +291,7 @@ def test_rendering_refuses_exactly_what_preflight_refuses() -> None:
     for name, value, _expect in BAD:
         value = _degenerate(value) if isinstance(value, str) and value.startswith("DEGENERATE:") else value
         raw = {**_good_state(), name: value}
-        state = desired_state.validate(raw)
+        state = state_checks.validate(raw)
         try:
             vllm_cmdline.vllm_args(raw)
             rendered = True
@@ -308,11 +308,11 @@ def test_a_mapping_that_raises_is_reported_not_raised() -> None:
         def get(self, *_: Any) -> Any:
             raise RuntimeError("boom")
 
-    assert desired_state.validate(Broken()).errors  # every fact unreadable -> reported as unset
-    assert desired_state.validate("nope").errors  # type: ignore[arg-type]
+    assert state_checks.validate(Broken()).errors  # every fact unreadable -> reported as unset
+    assert state_checks.validate("nope").errors  # type: ignore[arg-type]
 
 
 def test_the_choices_match_vllm_073_sources_kept_in_the_vllm073_test() -> None:
     # tests/vllm073/test_parser.py compares these tuples with the real parser's choices.
-    assert "awq_marlin" in desired_state.QUANTIZATIONS and "bfloat16" in desired_state.DTYPES
-    assert desired_state.BLOCK_SIZES == (8, 16, 32)
+    assert "awq_marlin" in state_checks.QUANTIZATIONS and "bfloat16" in state_checks.DTYPES
+    assert state_checks.BLOCK_SIZES == (8, 16, 32)

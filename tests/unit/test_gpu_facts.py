@@ -1,5 +1,5 @@
 """Tests of the GPU edge: nvidia-smi/sysfs parsing (gpubox_gpu), the replay nvidia-smi, the fake
-sysfs writer, the boot-time gpubox-gpu-check script and the gpubox_gpu_facts module.
+sysfs writer, the boot-time gpubox-gpu-check script and the gpubox.gpubox.gpu_facts module.
 
 h200x2 is a REAL capture (2x H200, driver 580.159.04); the rtx* boxes are DERIVED (see
 tests/fixtures/nvidia-smi/README.md).

@@ -33,8 +33,8 @@ from typing import Any
 import pytest
 import yaml
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish as lib
+from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "molecule/shared/hub"
@@ -206,7 +206,7 @@ def store_root() -> Iterator[Path]:
     parent = CACHE / "modelstore-roots"
     parent.mkdir(parents=True, exist_ok=True)
     work = Path(tempfile.mkdtemp(dir=parent))
-    _, error = desired_state.check("gpubox_model_root", str(work / "models"))
+    _, error = state_checks.check("gpubox_model_root", str(work / "models"))
     assert error is None, f"the test store root must be valid; set GPUBOX_CACHE elsewhere: {error}"
     yield work / "models"
     shutil.rmtree(work, ignore_errors=True)
@@ -487,8 +487,8 @@ def test_module_through_ansible_checks_and_refuses_like_preflight(
     assert hub_a.file_gets(mark) == [] and not store_root.exists()
 
     refused = run_module(tmp_path, {**task, "model_id": "Qwen/../etc", "root": "/tmp/models"}, check=True)
-    _, id_error = desired_state.check("gpubox_model_id", "Qwen/../etc")
-    _, root_error = desired_state.check("gpubox_model_root", "/tmp/models")
+    _, id_error = state_checks.check("gpubox_model_id", "Qwen/../etc")
+    _, root_error = state_checks.check("gpubox_model_root", "/tmp/models")
     assert refused["failed"] and f"model_id: {id_error}" in refused["msg"] and f"root: {root_error}" in refused["msg"]
 
 
@@ -574,7 +574,7 @@ def test_module_options_are_declared_once_and_passed_whole() -> None:
 def test_request_refuses_what_the_desired_state_refuses(option: str, fact: str, value: str) -> None:
     good = {**DEFAULTS, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
     lib.Request(**good)  # the defaults and a valid id pass
-    _, error = desired_state.check(fact, value)
+    _, error = state_checks.check(fact, value)
     assert error
     with pytest.raises(lib.ModelStoreError) as refused:
         lib.Request(**{**good, option: value})

@@ -1,7 +1,7 @@
 """Preflight: every broken configuration or host state is refused with a message naming its variable.
 
 Healthy hosts are built from the nvidia-smi fixtures (tests/fixtures/nvidia-smi/<box>/), parsed with
-gpubox_gpu exactly as the gpubox_gpu_facts module does; the sysfs view is written to a temporary
+gpubox_gpu exactly as the gpubox.gpubox.gpu_facts module does; the sysfs view is written to a temporary
 directory with molecule/shared/fakegpu/make_sysfs.py (the GPU edge is the only thing simulated).
 """
 

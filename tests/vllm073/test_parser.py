@@ -142,7 +142,7 @@ def test_real_parser_rejects_an_unknown_flag(vllm_python: Path) -> None:
     assert "--no-such-flag-in-vllm-073" in result.stderr
 
 
-# Runs inside the vLLM venv: the parser's choices for the flags desired_state validates.
+# Runs inside the vLLM venv: the parser's choices for the flags state_checks validates.
 CHOICES = """
 import json
 from vllm.entrypoints.openai.cli_args import make_arg_parser
@@ -153,24 +153,24 @@ print(json.dumps({a.dest: list(a.choices) for a in parser._actions if a.choices 
 
 
 def test_desired_state_choices_are_vllm_073s(vllm_python: Path) -> None:
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
     out = subprocess.run([str(vllm_python), "-c", CHOICES], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     choices = json.loads(out.stdout.strip().splitlines()[-1])
-    assert set(desired_state.DTYPES) == set(choices["dtype"])
-    assert set(desired_state.KV_CACHE_DTYPES) == set(choices["kv_cache_dtype"])
-    assert set(desired_state.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
-    assert set(choices["quantization"]) - {None} == set(desired_state.QUANTIZATIONS)
-    assert set(desired_state.BLOCK_SIZES) <= set(choices["block_size"])
+    assert set(state_checks.DTYPES) == set(choices["dtype"])
+    assert set(state_checks.KV_CACHE_DTYPES) == set(choices["kv_cache_dtype"])
+    assert set(state_checks.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
+    assert set(choices["quantization"]) - {None} == set(state_checks.QUANTIZATIONS)
+    assert set(state_checks.BLOCK_SIZES) <= set(choices["block_size"])
 
 
 @pytest.mark.parametrize("flag", ["--api_key", "--api-ke", "--max_model_len", "-tp4", "-qawq", "--served-model"])
 def test_the_parser_reads_refused_spellings_as_rendered_flags(vllm_python: Path, flag: str) -> None:
-    """Every spelling desired_state refuses really is read by vLLM 0.7.3 as the key or a rendered flag."""
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
+    """Every spelling state_checks refuses really is read by vLLM 0.7.3 as the key or a rendered flag."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
-    assert desired_state.flag_problem(flag) is not None
+    assert state_checks.flag_problem(flag) is not None
     base = [a for a in vllm_args(role_profile(TOPOLOGIES[0]))]
     value = [] if flag.startswith(("-tp", "-q")) else ["x" if "key" in flag or "served" in flag else "4096"]
     result = _parse(vllm_python, [*base, flag, *value])
