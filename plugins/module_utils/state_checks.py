@@ -53,6 +53,7 @@ QUANTIZATIONS = (
     "ipex",
     "quark",
     "moe_wna16",
+    "ptpc_fp8",
 )
 
 # The flags gpubox renders from facts (plugins/module_utils/vllm_cmdline.py), and what sets each.
