@@ -4,7 +4,7 @@
 up:   start the box (a Debian 12 systemd container, reached over ssh on 127.0.0.1:22022) with the
       shared molecule create/prepare playbooks, run `ansible-playbook site.yml -l gpu-box` against
       inventories/demo (it ends with the readiness gate: a real completion through the vllm unit), then
-      playbooks/report.yml, and print the curl command a user would run.
+      the report (site.yml's last play), and print the curl command a user would run.
 down: remove the box.
 
 Only the GPU is simulated (see molecule/shared/prepare.yml); the driver packages, apt, systemd, the
@@ -70,8 +70,7 @@ def up() -> None:
     state.mkdir(parents=True, exist_ok=True)
     ansible_playbook("-i", "localhost,", "molecule/shared/create.yml", extra=harness_vars(state))
     ansible_playbook("-i", str(INVENTORY), "molecule/shared/prepare.yml", "-l", "gpu-box")
-    ansible_playbook("-i", str(INVENTORY), "site.yml", "-l", "gpu-box")
-    ansible_playbook("-i", str(INVENTORY), "playbooks/report.yml", "-l", "gpu-box")
+    ansible_playbook("-i", str(INVENTORY), "site.yml", "-l", "gpu-box")  # ends with the report play
     serving_hint()
     print(f"\ndemo: the simulated box is still running (container {BOX}, ssh root@127.0.0.1 -p {PORT});")
     print("demo: re-run `make demo` to converge again (idempotent), `make demo-clean` to remove it.")
