@@ -316,3 +316,19 @@ def test_the_choices_match_vllm_073_sources_kept_in_the_vllm073_test() -> None:
     # tests/vllm073/test_parser.py compares these tuples with the real parser's choices.
     assert "awq_marlin" in state_checks.QUANTIZATIONS and "bfloat16" in state_checks.DTYPES
     assert state_checks.BLOCK_SIZES == (8, 16, 32)
+
+
+def test_preflight_runs_every_roles_own_input_checks() -> None:
+    """Each role's tasks/validate.yml is its first step and is run by preflight before any change."""
+    preflight = (ROOT / "roles" / "preflight" / "tasks" / "main.yml").read_text()
+    site_roles = set(re.findall(r"- role: (\w+)", (ROOT / "playbooks" / "host.yml").read_text()))
+    site_roles |= set(re.findall(r"- role: (\w+)", (ROOT / "playbooks" / "serving.yml").read_text()))
+    looped = set(yaml.safe_load(re.search(r"loop: (\[.*\])", preflight).group(1)))
+    for role in sorted(site_roles):
+        assert (ROOT / "roles" / role / "tasks" / "validate.yml").is_file(), f"{role} has no tasks/validate.yml"
+        main = (ROOT / "roles" / role / "tasks" / "main.yml").read_text()
+        assert "validate.yml" in main.split("- name:", 3)[1] + main.split("- name:", 3)[2], role
+        spec = _yaml(ROOT / "roles" / role / "meta" / "argument_specs.yml")["argument_specs"]
+        assert spec["validate"]["options"] == spec["main"]["options"], role
+        assert role in looped or role == "nvidia_driver", f"preflight does not run {role}'s checks"
+    assert "name: nvidia_driver\n    tasks_from: validate\n" in preflight
