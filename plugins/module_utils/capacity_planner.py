@@ -24,14 +24,30 @@ itself only when ``max_model_len > 32768`` (CUDA, no sliding window), and then
 The two terms that cannot be read from a config are modelled physically and calibrated against the
 public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.py`` reports the fit):
 
-* activation peak (bytes) = ``ACTIVATION_FACTOR * T * (2 * hidden + 3 * intermediate / tp) * act_bytes``
-  where ``T = max_num_batched_tokens``. The bracket is the live set at the MLP of one layer (residual +
-  normed input, the fused gate_up output and the activation output, sharded by tp); ``act_bytes`` is the
-  activation dtype size (2 for bf16/fp16). ``ACTIVATION_FACTOR = 1.45``: the median measured/modelled
-  ratio of the calibration cases (1.31 for Qwen2.5-32B tp2 at 10000 tokens, vllm#15815; 1.61 for a
-  Qwen2.5-14B-architecture model tp2 at 2048 tokens, vllm#13061; 1.6 and 2.8 for Llama-3-8B tp1/tp2
-  at 8192 tokens, vllm PR #10511, a pre-0.7 build). The remainder is allocator slack, rotary/attention
-  temporaries and the driver rank's logits.
+* activation peak (bytes) = ``max(MLP live set, sampler live set)`` on the driver rank, the MLP live set
+  alone on the other ranks. vLLM 0.7.3's ``profile_run`` (vllm/worker/model_runner.py ``_dummy_run``)
+  runs the forward pass over ``T = max_num_batched_tokens`` tokens in ``S = max_num_seqs`` dummy prompts
+  with ``SamplingParams(top_p=0.99, top_k=vocab - 1)``, then ``compute_logits`` (one row per prompt,
+  gathered to the driver) and, on the driver only, ``Sampler.forward``. The two phases run one after the
+  other, so the peak is the larger of the two, not their sum:
+
+  - MLP live set = ``ACTIVATION_FACTOR * T * (2 * hidden + 3 * intermediate / tp) * act_bytes`` (residual +
+    normed input, the fused gate_up output and the activation output of one layer, sharded by tp;
+    ``act_bytes`` 2 for bf16/fp16). bitsandbytes and GGUF dequantize each weight shard to bf16 before the
+    matmul (vllm/model_executor/layers/quantization/bitsandbytes.py ``_apply_4bit_weight``), which adds
+    the largest dequantized shard and its output: ``(hidden + T) * intermediate / tp * act_bytes``.
+  - sampler live set = ``SAMPLER_BYTES * S * vocab + T * hidden * act_bytes``: the model's output hidden
+    states stay referenced while the sampler runs; the caller keeps the bf16 logits (2 B per entry);
+    the sampler casts them to fp32 (4 B) and ``_apply_top_k_top_p`` sorts each row (fp32 values 4 B and
+    int64 indices 8 B, plus the sort's own buffers). Measured with torch's allocator on an H200 by
+    bench/sampler_peak.py (torch 2.11; vLLM 0.7.3 ships 2.5.1): 38 B per (sequence x vocab entry) for
+    1 or >= 128 sequences (the sort keeps 20 B of scratch) and 50 B for 2-127 sequences (another
+    segmented-sort path). Checked on public logs: Llama-3-8B at 256 sequences logs 1.26 GiB at tp 1 and
+    at tp 2 (vLLM PR #10511), the tp-independent peak that only the sampler gives; the model says 1.22.
+  - ``ACTIVATION_FACTOR = 1.45``: measured/modelled MLP ratio of the cases whose peak is the MLP: 1.61 on
+    the non-driver rank of a Qwen2.5-14B-architecture model tp2 at 2048 tokens (vllm#13061) and 1.31 for
+    Qwen2.5-32B tp2 at 10000 tokens (vllm#15815). The remainder is allocator slack and attention
+    temporaries.
 * non-torch (GiB) = ``NON_TORCH_BASE_GIB + NON_TORCH_PER_TP_GIB * tp`` = 0.10 + 0.075 * tp, a least-squares
   line through the logged values 0.16 (tp 1, H100, PR #12126), 0.25 and 0.30 (tp 2: 2x4090 vllm#13061,
   2xL40S vllm#15815) and 0.34-0.43 (tp 4, A100-40GB, vllm#16570). NCCL buffers grow with the number of
@@ -41,8 +57,18 @@ public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.
   vllm PR #14447 = 430 MiB from 24576). Pass ``gpu["memory_reserved_mib"]`` when it is known
   (``nvidia-smi -q``: FB Memory Usage / Reserved).
 
-Weights per GPU are ``weights_bytes / (tp * pp)``; vLLM's own figure is within ~0.2 GiB of that for the
-calibration cases (e.g. Qwen2.5-32B tp2: 30.51 planned, 30.71 logged).
+Weights per GPU are ``weights_bytes / (tp * pp)``, where ``weights_bytes`` is the total size of the
+checkpoint's weight files (safetensors or .gguf); vLLM's own figure is within ~0.2 GiB of that for the
+calibration cases (e.g. Qwen2.5-32B tp2: 30.51 planned, 30.71 logged). bitsandbytes quantizes an
+unquantized checkpoint while loading it: when ``weights_bytes`` is at least the linear layers at the
+model's dtype, the linear layers count at ``BNB_4BIT_BYTES_PER_PARAM`` (nf4 + double-quantized absmax,
+vLLM's in-flight ``quantize_4bit(compress_statistics=True)``) and the rest as stored. GPTQ/AWQ/GGUF/fp8
+checkpoints are already quantized, so their files are their weights; a ``weights_bytes`` that is as large
+as the unquantized linear layers is refused. ``weights_source`` in the plan says where the figure came from.
+
+Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
+``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
+formula above holds only for full multi-head/grouped-query attention.
 """
 
 from __future__ import annotations
@@ -56,6 +82,21 @@ MIB = 1024**2
 
 # Calibrated constants (see module docstring for the data behind each).
 ACTIVATION_FACTOR = 1.45
+SAMPLER_BYTES = 38  # per (sequence x vocab entry) for 1 or >= 128 sequences (bench/sampler_peak.py)
+SAMPLER_BYTES_SMALL_BATCH = 50  # 2-127 sequences: torch's other segmented-sort path
+SAMPLER_SMALL_BATCH = range(2, 128)
+BNB_4BIT_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)  # nf4 + uint8 absmax per 64 + fp32 per 256 blocks
+DEQUANTIZING_METHODS = ("bitsandbytes", "gguf")
+PREQUANTIZED_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "gptq_marlin_24", "marlin", "gguf", "aqlm")
+ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
+_UNMODELLED_ATTENTION = {
+    "mla": "multi-head latent attention (DeepSeek-V2/V3/R1) caches one compressed latent per token and layer "
+    "(kv_lora_rank + rope dims), replicated on every GPU, not 2 x kv_heads x head_dim split by tp",
+    "sliding_window": "sliding-window attention keeps only the window's tokens per sequence, and vLLM 0.7.3 "
+    "sizes and checks its cache differently",
+    "mixed": "layers with different attention layouts (e.g. Gemma-2's alternating sliding-window and global "
+    "layers) have different KV sizes per token",
+}
 NON_TORCH_BASE_GIB = 0.10
 NON_TORCH_PER_TP_GIB = 0.075
 DEFAULT_RESERVED_MIB = 450
@@ -124,6 +165,7 @@ class ModelFacts:
     max_position_embeddings: int
     weights_bytes: int
     quantization: str | None
+    weights_source: str = ""
 
 
 @dataclass(frozen=True)
@@ -152,6 +194,8 @@ class ServingFacts:
 class Plan:
     weights_gib_per_gpu: float = 0.0
     activation_peak_gib: float = 0.0
+    mlp_peak_gib: float = 0.0
+    sampler_peak_gib: float = 0.0
     non_torch_gib: float = 0.0
     kv_cache_gib_per_gpu: float = 0.0
     kv_bytes_per_token_per_gpu: int = 0
@@ -160,6 +204,7 @@ class Plan:
     max_concurrency: float = 0.0
     budget_gib_per_gpu: float = 0.0
     max_num_batched_tokens: int = 0
+    weights_source: str = ""
     fits: bool = False
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -224,8 +269,24 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
             "set it to the model's torch_dtype from config.json"
         )
         return None
+    attention = model.get("attention") or "full"
+    if attention not in ATTENTION_KINDS:
+        errors.append(
+            f"{var('model')}: attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}: "
+            "fix gpubox_model_config (or the catalog entry)"
+        )
+        return None
+    if attention != "full":
+        errors.append(
+            f"{var('model')} {model.get('model_id') or ''}: the planner does not model its attention "
+            f"({attention}, from gpubox_model_config or the catalog): {_UNMODELLED_ATTENTION[attention]}; "
+            "it refuses to plan rather than print a wrong KV cache. Serve a model with full attention, "
+            "or size this one from vLLM's own start-up log"
+        )
+        return None
     head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
-    return ModelFacts(
+    quantization = model.get("quantization")
+    facts = ModelFacts(
         layers=model["num_hidden_layers"],
         heads=model["num_attention_heads"],
         kv_heads=model["num_key_value_heads"],
@@ -236,8 +297,42 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
         dtype_bytes=DTYPE_BYTES[dtype],
         max_position_embeddings=model["max_position_embeddings"],
         weights_bytes=model["weights_bytes"],
-        quantization=model.get("quantization"),
+        quantization=quantization,
     )
+    weights, source = _checkpoint_weights(facts, model.get("weights_source"), errors)
+    if weights is None:
+        return None
+    return ModelFacts(**{**asdict(facts), "weights_bytes": weights, "weights_source": source})
+
+
+def linear_params(model: ModelFacts) -> int:
+    """Parameters of the attention and MLP projections (the layers quantization methods quantize)."""
+    q_out = model.heads * model.head_dim
+    kv_out = 2 * model.kv_heads * model.head_dim
+    per_layer = model.hidden * (q_out + kv_out) + q_out * model.hidden + 3 * model.hidden * model.intermediate
+    return model.layers * per_layer
+
+
+def _checkpoint_weights(model: ModelFacts, source: Any, errors: list[str]) -> tuple[int | None, str]:
+    """The bytes vLLM loads, and where the figure comes from (see the module docstring)."""
+    stated = str(source) if source else "weights_bytes: the checkpoint's weight files"
+    method = model.quantization
+    unquantized_linear = linear_params(model) * model.dtype_bytes
+    if method == "bitsandbytes" and model.weights_bytes >= unquantized_linear:
+        loaded = model.weights_bytes - linear_params(model) * (model.dtype_bytes - BNB_4BIT_BYTES_PER_PARAM)
+        return int(loaded), (
+            f"bitsandbytes in-flight 4-bit: linear layers of the {model.weights_bytes:,} B checkpoint at "
+            f"{BNB_4BIT_BYTES_PER_PARAM * 8:.3f} bits per weight, the rest as stored"
+        )
+    if method in PREQUANTIZED_METHODS and model.weights_bytes >= unquantized_linear:
+        errors.append(
+            f"{var('model.quantization')} is {method} but the model's weights_bytes ({model.weights_bytes:,}) "
+            f"is as large as its unquantized linear layers ({unquantized_linear:,} B): {method} needs a "
+            "pre-quantized checkpoint; give the total size of its weight files as weights_bytes in "
+            "gpubox_model_config (or pick the quantized model id)"
+        )
+        return None, stated
+    return model.weights_bytes, stated
 
 
 def _gpu_facts(gpu: dict, errors: list[str]) -> GpuFacts | None:
@@ -334,11 +429,28 @@ def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
     return 2 * layers_per_gpu * kv_heads_per_gpu * model.head_dim * serving.kv_dtype_bytes
 
 
-def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
-    """Calibrated peak of the profiling pass over max_num_batched_tokens (see module docstring)."""
+def mlp_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
+    """Calibrated MLP live set of the forward pass over max_num_batched_tokens (every rank)."""
     act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
+    tokens = serving.max_num_batched_tokens
     per_token = 2 * model.hidden + 3 * model.intermediate / serving.tp
-    return ACTIVATION_FACTOR * serving.max_num_batched_tokens * per_token * act_bytes
+    peak = ACTIVATION_FACTOR * tokens * per_token * act_bytes
+    if model.quantization in DEQUANTIZING_METHODS:
+        peak += (model.hidden + tokens) * model.intermediate / serving.tp * act_bytes
+    return peak
+
+
+def sampler_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
+    """Live set while the driver samples one token for each of max_num_seqs dummy prompts."""
+    act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
+    seqs = serving.max_num_seqs
+    per_entry = SAMPLER_BYTES_SMALL_BATCH if seqs in SAMPLER_SMALL_BATCH else SAMPLER_BYTES
+    return per_entry * seqs * model.vocab + serving.max_num_batched_tokens * model.hidden * act_bytes
+
+
+def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
+    """Peak of the profiling pass on the driver rank, which has the fewest blocks (the one vLLM uses)."""
+    return max(mlp_peak_bytes(model, serving), sampler_peak_bytes(model, serving))
 
 
 def non_torch_gib(serving: ServingFacts) -> float:
@@ -386,6 +498,9 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu = weights / GIB
     result.activation_peak_gib = activation / GIB
+    result.mlp_peak_gib = mlp_peak_bytes(model, serving) / GIB
+    result.sampler_peak_gib = sampler_peak_bytes(model, serving) / GIB
+    result.weights_source = model.weights_source
     result.non_torch_gib = non_torch / GIB
     result.kv_cache_gib_per_gpu = kv_bytes / GIB
     result.kv_bytes_per_token_per_gpu = per_token
@@ -455,6 +570,8 @@ _ROWS = (
     ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
     ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
     ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
+    ("  MLP live set", "mlp_peak_gib", "{:.2f} GiB"),
+    ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),
     ("non-torch", "non_torch_gib", "{:.2f} GiB"),
     ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
     ("KV bytes/token/GPU", "kv_bytes_per_token_per_gpu", "{:d} B"),
@@ -472,6 +589,8 @@ def plan_table(plan: dict[str, Any]) -> str:
         if key in plan:
             lines.append(f"{label:<20} {fmt.format(plan[key]):>14}")
     lines.append(f"{'fits':<20} {'yes' if plan.get('fits') else 'NO':>14}")
+    if plan.get("weights_source"):
+        lines.append(f"weights from: {plan['weights_source']}")
     lines.extend(f"ERROR: {e}" for e in plan.get("errors", []))
     lines.extend(f"WARNING: {w}" for w in plan.get("warnings", []))
     return "\n".join(lines)

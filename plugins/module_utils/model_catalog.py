@@ -7,6 +7,7 @@ entry with the real config.json so a wrong catalog line cannot go unnoticed. Std
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
@@ -27,6 +28,39 @@ _QWEN25_NOTE = (
     "layers/heads/kv heads/hidden/head_dim/max pos/weights: shared/docs/facts.md model table; "
     "intermediate_size, vocab_size, torch_dtype: the model's published config.json"
 )
+
+
+def quantized_checkpoint_bytes(entry: dict[str, Any], bits: int, group_size: int, tied: bool = False) -> int:
+    """Size of a GPTQ/AWQ checkpoint from config.json shapes and its quantization_config.
+
+    Each attention/MLP projection (in x out) stores its weights packed at ``bits`` per weight, and per
+    group of ``group_size`` input rows one fp16 scale and one ``bits``-wide zero point per output; the
+    embeddings, the lm_head (unless tied), norms and the q/k/v biases stay in fp16.
+    """
+    hidden, heads = entry["hidden_size"], entry["num_attention_heads"]
+    head_dim = entry.get("head_dim") or hidden // heads
+    q_out, kv_out = heads * head_dim, 2 * entry["num_key_value_heads"] * head_dim
+    inter = entry["intermediate_size"]
+    projections = ((hidden, q_out + kv_out), (q_out, hidden), (hidden, 2 * inter), (inter, hidden))
+    per_layer = 0.0
+    for rows, cols in projections:
+        groups = math.ceil(rows / group_size)
+        per_layer += rows * cols * bits / 8 + groups * cols * (2 + bits / 8)
+    per_layer += 2 * (2 * hidden + q_out + kv_out)  # two norms and the q/k/v biases, fp16
+    embeddings = entry["vocab_size"] * hidden * 2 * (1 if tied else 2)
+    return int(entry["num_hidden_layers"] * per_layer + embeddings + hidden * 2)
+
+
+_QWEN25_72B_AWQ_SHAPES = {
+    "num_hidden_layers": 80,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "hidden_size": 8192,
+    # The AWQ checkpoint pads the MLP from 29568 (bf16 model) to 29696 so it splits into 128-groups.
+    "intermediate_size": 29696,
+    "vocab_size": 152064,
+    "head_dim": 128,
+}
 
 CATALOG: dict[str, dict[str, Any]] = {
     "Qwen/Qwen2.5-7B-Instruct": {
@@ -72,20 +106,17 @@ CATALOG: dict[str, dict[str, Any]] = {
         "source": _QWEN25_NOTE,
     },
     "Qwen/Qwen2.5-72B-Instruct-AWQ": {
-        "num_hidden_layers": 80,
-        "num_attention_heads": 64,
-        "num_key_value_heads": 8,
-        "hidden_size": 8192,
-        # The AWQ checkpoint pads the MLP from 29568 (bf16 model) to 29696 so it splits into 128-groups.
-        "intermediate_size": 29696,
-        "vocab_size": 152064,
-        "head_dim": 128,
+        **_QWEN25_72B_AWQ_SHAPES,
         "torch_dtype": "float16",
         "max_position_embeddings": 32768,
-        # facts.md gives "≈ 41.6 GB" for the 4-bit checkpoint; the exact byte count is checked after download.
-        "weights_bytes": 41_600_000_000,
+        # quantization_config of the checkpoint: AWQ, 4 bits, group size 128, zero point (GEMM packing).
+        "weights_bytes": quantized_checkpoint_bytes(_QWEN25_72B_AWQ_SHAPES, bits=4, group_size=128),
+        "weights_source": (
+            "quantization config (AWQ 4-bit, group 128) over config.json shapes: 41.60 GB "
+            "(facts.md: about 41.6 GB); the downloaded files' total size replaces it"
+        ),
         "quantization": "awq_marlin",
-        "source": _QWEN25_NOTE + "; weights_bytes approximate (facts.md: about 41.6 GB)",
+        "source": _QWEN25_NOTE + "; weights_bytes from the quantization config (quantized_checkpoint_bytes)",
     },
     "LLM-Research/Meta-Llama-3.1-8B-Instruct": {
         "num_hidden_layers": 32,
@@ -110,10 +141,20 @@ CATALOG: dict[str, dict[str, Any]] = {
 # What an inventory must give for a model the catalog does not carry (gpubox_model_config): the same
 # facts as a catalog entry. head_dim may be left out when it is hidden_size / num_attention_heads.
 INVENTORY_REQUIRED = (*CONFIG_FIELDS, "weights_bytes")
-INVENTORY_OPTIONAL = ("head_dim", "quantization", "source")
+INVENTORY_OPTIONAL = (
+    "head_dim",
+    "quantization",
+    "source",
+    "attention",
+    "sliding_window",
+    "kv_lora_rank",
+    "weights_source",
+)
+# Attention layouts (capacity_planner.ATTENTION_KINDS): the planner models "full" and refuses the others.
+ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
 # The dtypes the capacity planner knows (capacity_planner.DTYPE_BYTES).
 _DTYPES = ("bfloat16", "float16", "float32")
-_INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim") if k != "torch_dtype")
+_INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim", "sliding_window", "kv_lora_rank") if k != "torch_dtype")
 # Bounds no real model reaches: keep 10**400 and friends out of the planner's float arithmetic.
 _MAX_DIM = 1 << 24
 _MAX_WEIGHTS = 1 << 50
@@ -213,14 +254,49 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"{name}: torch_dtype must be one of {', '.join(_DTYPES)}, got {facts['torch_dtype']!r} "
             f"(as in {model_id}'s config.json)"
         )
+    attention = _inventory_attention(name, model_id, facts)
     model = dict(facts)
+    model["attention"] = attention
     if not model.get("head_dim"):
         model["head_dim"] = model["hidden_size"] // model["num_attention_heads"]
     model.setdefault("quantization", None)
+    source = facts.get("weights_source")
+    if source is not None and not isinstance(source, str):
+        raise ValueError(
+            f"{name}: weights_source must be text saying where weights_bytes comes from, got {type(source).__name__}"
+        )
+    model["weights_source"] = (
+        source or f"gpubox_model_config weights_bytes ({model['weights_bytes']:,} B of weight files)"
+    )
     model["source"] = f"inventory gpubox_model_config for {model_id}" + (
         f" ({facts['source']})" if facts.get("source") else ""
     )
     return model
+
+
+def _inventory_attention(name: str, model_id: str, facts: dict[str, Any]) -> str:
+    """The attention layout gpubox_model_config states (full when it says nothing about it)."""
+    attention = facts.get("attention")
+    if attention is not None and attention not in ATTENTION_KINDS:
+        raise ValueError(
+            f"{name}: attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}: full for "
+            f"multi-head/grouped-query attention, mla when {model_id}'s config.json has kv_lora_rank, "
+            "sliding_window or mixed when it uses a sliding window on all or some layers"
+        )
+    if facts.get("kv_lora_rank") is not None and attention not in (None, "mla"):
+        raise ValueError(
+            f"{name}: kv_lora_rank ({facts['kv_lora_rank']}) means multi-head latent attention, but attention is "
+            f"{attention!r}: set attention: mla or drop kv_lora_rank (as in {model_id}'s config.json)"
+        )
+    if facts.get("sliding_window") is not None and attention is None:
+        raise ValueError(
+            f"{name}: sliding_window ({facts['sliding_window']}) is given without attention: say attention: "
+            "sliding_window (every layer), mixed (some layers), or full when the model does not use it "
+            "(e.g. Qwen2's use_sliding_window: false)"
+        )
+    if attention is None:
+        return "mla" if facts.get("kv_lora_rank") is not None else "full"
+    return attention
 
 
 def expected_model(model_id: str, model_config: Any = None) -> dict[str, Any]:
@@ -234,6 +310,7 @@ def expected_model(model_id: str, model_config: Any = None) -> dict[str, Any]:
 def planned_model(inventory: dict[str, Any]) -> dict[str, Any]:
     """expected_model() with the serving dtype and quantization the inventory asks for."""
     model = expected_model(inventory["gpubox_model_id"], inventory.get("gpubox_model_config"))
+    model["model_id"] = inventory["gpubox_model_id"]
     if inventory.get("gpubox_model_dtype"):
         model["torch_dtype"] = inventory["gpubox_model_dtype"]
     if "gpubox_model_quantization" in inventory:
@@ -247,6 +324,28 @@ def _quantization(config: dict[str, Any]) -> str | None:
         return None
     method = qcfg.get("quant_method")
     return str(method) if method else None
+
+
+def attention_of(config: dict[str, Any]) -> str:
+    """The attention layout a config.json describes, as vLLM 0.7.3 would run it."""
+    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    if text.get("kv_lora_rank") is not None:
+        return "mla"
+    layer_types = text.get("layer_types")
+    if isinstance(layer_types, list) and len(set(map(str, layer_types))) > 1:
+        return "mixed"
+    if text.get("interleaved_sliding_window") or text.get("sliding_window_pattern"):
+        return "mixed"
+    if str(text.get("model_type") or config.get("model_type") or "") in ("gemma2", "gemma3", "gemma3_text", "cohere2"):
+        return "mixed"
+    window = text.get("sliding_window")
+    if isinstance(window, list):
+        return "mixed"
+    if isinstance(window, int) and not isinstance(window, bool) and text.get("use_sliding_window", True) is not False:
+        positions = text.get("max_position_embeddings")
+        if not isinstance(positions, int) or window < positions:
+            return "sliding_window"
+    return "full"
 
 
 def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[str, Any]:
@@ -270,6 +369,8 @@ def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[s
         "max_position_embeddings": text["max_position_embeddings"],
         "weights_bytes": int(weights_bytes),
         "quantization": _quantization(config),
+        "attention": attention_of(config),
+        "weights_source": "the downloaded checkpoint: total size of its weight files",
         "source": "downloaded config.json",
     }
 
@@ -292,4 +393,10 @@ def config_mismatches(catalog_entry: dict[str, Any], config_json: dict[str, Any]
     real_head_dim = text.get("head_dim") or text.get("hidden_size", 0) // max(1, text.get("num_attention_heads", 1))
     if head_dim is not None and real_head_dim != head_dim:
         problems.append(f"head_dim: catalog has {head_dim!r}, config.json implies {real_head_dim!r}")
+    attention = catalog_entry.get("attention") or "full"
+    if attention_of(config_json) != attention:
+        problems.append(
+            f"attention: catalog has {attention!r}, config.json describes {attention_of(config_json)!r}; the "
+            "planner models only full attention: fix the entry or gpubox_model_config"
+        )
     return problems

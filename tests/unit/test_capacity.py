@@ -194,16 +194,34 @@ def test_fp8_kv_cache_halves_bytes_and_chunked_default_above_32k() -> None:
 # and non-torch models are fits with roughly +-30% / +-0.1 GiB scatter; 1 GiB is also the margin the
 # planner warns about. The component terms get their own absolute bounds below.
 
-TOLERANCE_GIB = {"weights_gib": 0.25, "activation_peak_gib": 0.65, "non_torch_gib": 0.1}
+# weights: 0.3 GiB, since bitsandbytes quantizing a bf16 checkpoint while loading it logs 0.23 GiB more than the
+# pre-quantized checkpoint of the same model (5.43 vs 5.20 GiB, Qwen2.5-7B); the planner does not model that.
+TOLERANCE_GIB = {"weights_gib": 0.3, "activation_peak_gib": 0.65, "non_torch_gib": 0.1}
 CASES = bench.load_cases()
 
 
 def test_enough_calibration_cases_with_sources() -> None:
-    assert len(CASES) >= 7
+    assert len(CASES) >= 9
     for case in CASES:
         assert case["source"].startswith("https://github.com/"), case["id"]
         assert case["engine"] == "V0"
-        assert case["compare"], case["id"]
+        assert case["compare"] or case.get("expect_refusal"), case["id"]
+    classes = {bench.case_class(case) for case in CASES}
+    assert {"quantized, failures", "dense bf16/fp16", "dense bf16/fp16, failures"} <= classes
+
+
+def test_no_calibration_verdict_is_wrong() -> None:
+    results = [bench.compare_case(case) for case in CASES]
+    assert [r["id"] for r in results if not r["verdict"]["ok"]] == []
+    assert any(r["verdict"]["expected"] == "refused" for r in results)
+    assert any(r["verdict"]["expected"] == "does not start" for r in results)
+
+
+def test_bench_report_shows_every_class_and_the_median() -> None:
+    text = bench.report([bench.compare_case(case) for case in CASES], 1e-5)
+    for name in bench.CLASSES:
+        assert f"| {name} |" in text
+    assert "| all |" in text and "Wrong verdicts: 0 of" in text
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] for c in CASES])
@@ -305,10 +323,14 @@ def test_config_mismatches_empty_when_agreeing_and_named_when_not() -> None:
 def test_model_from_config_json_round_trips_into_the_planner() -> None:
     entry = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
     config = _config_json(entry) | {"quantization_config": {"quant_method": "awq"}}
-    model = model_catalog.model_from_config_json(config, entry["weights_bytes"])
+    awq_bytes = model_catalog.quantized_checkpoint_bytes(entry, bits=4, group_size=128)
+    model = model_catalog.model_from_config_json(config, awq_bytes)
     assert model["head_dim"] == 128 and model["quantization"] == "awq"
     assert model_catalog.config_mismatches(entry, config) == []
     assert capacity_planner.plan(model, gpu_3090(), serving())["fits"] is True
+    # the bf16 checkpoint's size is no AWQ checkpoint: refused, naming the fix
+    unquantized = model_catalog.model_from_config_json(config, entry["weights_bytes"])
+    assert capacity_planner.plan(unquantized, gpu_3090(), serving())["fits"] is False
     with pytest.raises(ValueError, match="hidden_size"):
         model_catalog.model_from_config_json({"num_hidden_layers": 2}, 1)
 
@@ -354,3 +376,88 @@ def test_plan_tool_exit_codes(capsys: pytest.CaptureFixture[str]) -> None:
     assert plan_tool.main(["gpu_9x9999"]) == 2
     err = capsys.readouterr().err
     assert "gpu_2x3090" in err and "gpu_4x4090" in err
+
+
+# --- sampler live set, quantized weights, unmodelled attention ---------------------------------------
+
+
+def test_sampler_term_dominates_small_large_vocab_models_at_default_seqs() -> None:
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-7B-Instruct")
+    gpu = {"name": "NVIDIA GeForce RTX 4090", "memory_total_mib": 24564, "count": 1}
+    result = capacity_planner.plan(model, gpu, serving(tensor_parallel_size=1, max_num_seqs=256, max_model_len=4096))
+    expected = capacity_planner.SAMPLER_BYTES * 256 * 152064 + 4096 * 3584 * 2
+    assert result["sampler_peak_gib"] == pytest.approx(expected / GIB)
+    assert result["activation_peak_gib"] == pytest.approx(max(result["mlp_peak_gib"], result["sampler_peak_gib"]))
+    assert result["activation_peak_gib"] == result["sampler_peak_gib"] > result["mlp_peak_gib"]
+    small = capacity_planner.plan(model, gpu, serving(tensor_parallel_size=1, max_num_seqs=8, max_model_len=4096))
+    assert small["sampler_peak_gib"] * GIB == pytest.approx(50 * 8 * 152064 + 4096 * 3584 * 2)
+
+
+@pytest.mark.parametrize("group", ["gpu_2x3090", "gpu_4x4090"])
+def test_shipped_plans_move_less_than_the_new_term(group: str) -> None:
+    result = capacity_planner.plan(*profile(group))
+    readme_kv = {"gpu_2x3090": 6.98, "gpu_4x4090": 10.72}[group]
+    assert abs(result["kv_cache_gib_per_gpu"] - readme_kv) < result["sampler_peak_gib"]
+
+
+def test_bitsandbytes_in_flight_counts_linear_layers_at_4_bits() -> None:
+    model = {**model_catalog.catalog_model("Qwen/Qwen2.5-7B-Instruct"), "quantization": "bitsandbytes"}
+    result = capacity_planner.plan(model, gpu_3090(1), serving(tensor_parallel_size=1))
+    assert 5.0 < result["weights_gib_per_gpu"] < 5.3  # vLLM logged 5.20 for the pre-quantized checkpoint
+    assert "bitsandbytes in-flight" in result["weights_source"]
+    dense = capacity_planner.plan(
+        model_catalog.catalog_model("Qwen/Qwen2.5-7B-Instruct"), gpu_3090(1), serving(tensor_parallel_size=1)
+    )
+    assert result["mlp_peak_gib"] > dense["mlp_peak_gib"]  # the dequantized shard and its output
+    assert "weights from:" in capacity_planner.plan_table(result)
+
+
+def test_prequantized_method_with_an_unquantized_size_is_refused() -> None:
+    model = {**model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct"), "quantization": "awq"}
+    result = capacity_planner.plan(model, gpu_3090(), serving())
+    assert result["fits"] is False
+    assert any("gpubox_model_quantization" in e and "weights_bytes" in e for e in result["errors"])
+
+
+def test_awq_catalog_weights_come_from_the_quantization_config() -> None:
+    entry = model_catalog.catalog_model("Qwen/Qwen2.5-72B-Instruct-AWQ")
+    assert entry["weights_bytes"] == pytest.approx(41.6e9, rel=0.001)
+    result = capacity_planner.plan(*profile("gpu_4x4090"))
+    assert "quantization config" in result["weights_source"]
+
+
+@pytest.mark.parametrize("attention", ["mla", "sliding_window", "mixed"])
+def test_unmodelled_attention_is_refused_naming_the_model(attention: str) -> None:
+    model = {**model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct"), "attention": attention}
+    result = capacity_planner.plan(model, gpu_3090(), serving())
+    assert result["fits"] is False and result["kv_tokens"] == 0
+    assert any("gpubox_model_id" in e and "gpubox_model_config" in e and attention in e for e in result["errors"])
+
+
+def test_inventory_model_checks_attention_facts() -> None:
+    base = {k: v for k, v in model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct").items() if k != "source"}
+    assert model_catalog.inventory_model("me/m", base)["attention"] == "full"
+    assert model_catalog.inventory_model("me/m", {**base, "kv_lora_rank": 512})["attention"] == "mla"
+    for bad, word in (
+        ({"attention": "linear"}, "attention"),
+        ({"kv_lora_rank": 512, "attention": "full"}, "kv_lora_rank"),
+        ({"sliding_window": 4096}, "sliding_window"),
+        ({"sliding_window": 0, "attention": "sliding_window"}, "sliding_window"),
+    ):
+        with pytest.raises(ValueError, match=word) as info:
+            model_catalog.inventory_model("me/m", {**base, **bad})
+        assert "gpubox_model_config" in str(info.value)
+
+
+def test_config_json_attention_is_detected_and_compared() -> None:
+    entry = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    config = _config_json(entry) | {"sliding_window": 131072, "use_sliding_window": False}
+    assert model_catalog.attention_of(config) == "full"
+    assert model_catalog.config_mismatches(entry, config) == []
+    assert (
+        model_catalog.attention_of({**config, "use_sliding_window": True, "sliding_window": 4096}) == "sliding_window"
+    )
+    assert model_catalog.attention_of({**config, "model_type": "gemma2"}) == "mixed"
+    mla = {**config, "kv_lora_rank": 512}
+    assert model_catalog.model_from_config_json(mla, 1)["attention"] == "mla"
+    assert any(p.startswith("attention") for p in model_catalog.config_mismatches(entry, mla))
