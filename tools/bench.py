@@ -25,9 +25,6 @@ from typing import Any
 
 import yaml
 
-# This checkout's collection first, whatever a venv's .pth points at (a venv is shared between checkouts).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "collections"))
-
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -44,14 +44,7 @@ from ansible.utils.context_objects import CLIArgs
 from ansible.utils.vars import combine_vars, load_extra_vars
 from ansible.vars.manager import VariableManager
 
-# This checkout's collection first, whatever a venv's .pth points at (a venv is shared between checkouts).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "collections"))
-
-from ansible_collections.gpubox.gpubox.plugins.module_utils import (
-    capacity_planner,
-    model_catalog,
-    state_checks,
-)
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = ROOT / "inventories" / "production"
