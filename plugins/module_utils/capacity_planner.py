@@ -77,6 +77,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+
 GIB = 1024**3
 MIB = 1024**2
 
@@ -245,16 +247,8 @@ def _positive_int(value: Any) -> bool:
 
 
 def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
-    required = (
-        "num_hidden_layers",
-        "num_attention_heads",
-        "num_key_value_heads",
-        "hidden_size",
-        "intermediate_size",
-        "vocab_size",
-        "max_position_embeddings",
-        "weights_bytes",
-    )
+    # The integer facts of a model: config.json's fields plus the weight files' size (model_catalog).
+    required = tuple(k for k in model_catalog.INVENTORY_REQUIRED if k != "torch_dtype")
     bad = [k for k in required if not _positive_int(model.get(k))]
     if bad:
         errors.append(
@@ -566,7 +560,7 @@ def plan(model: dict, gpu: dict, serving: dict) -> dict:
 
 # --------------------------------------------------------------------------- text table
 
-_ROWS = (
+PLAN_ROWS = (
     ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
     ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
     ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
@@ -585,7 +579,7 @@ _ROWS = (
 def plan_table(plan: dict[str, Any]) -> str:
     """A fixed-width text table of a plan, followed by its errors and warnings."""
     lines = []
-    for label, key, fmt in _ROWS:
+    for label, key, fmt in PLAN_ROWS:
         if key in plan:
             lines.append(f"{label:<20} {fmt.format(plan[key]):>14}")
     lines.append(f"{'fits':<20} {'yes' if plan.get('fits') else 'NO':>14}")

@@ -376,15 +376,17 @@ def _check_secure_boot(host: dict[str, Any], config: dict[str, Any], report: _Re
 
 # --------------------------------------------------------------------------- table and entry point
 
-_PLAN_ROWS = (
-    ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
-    ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
-    ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
-    ("non-torch", "non_torch_gib", "{:.2f} GiB"),
-    ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
-    ("KV tokens", "kv_tokens", "{:d}"),
-    ("max concurrency", "max_concurrency", "{:.2f}x"),
+# The planner's rows that preflight's table shows (labels and formats are the planner's).
+_PLAN_KEYS = (
+    "budget_gib_per_gpu",
+    "weights_gib_per_gpu",
+    "activation_peak_gib",
+    "non_torch_gib",
+    "kv_cache_gib_per_gpu",
+    "kv_tokens",
+    "max_concurrency",
 )
+_PLAN_ROWS = tuple(row for row in capacity_planner.PLAN_ROWS if row[1] in _PLAN_KEYS)
 
 
 def _table(config: dict[str, Any], report: _Report, plan: dict | None) -> str:

@@ -63,3 +63,28 @@ def facts(host: str, **kwargs: Any) -> dict[str, Any]:
     templar, variables = templar_for(host, **kwargs)
     out = {name: templar.template(variables[name]) for name in state_checks.FACTS if name in variables}
     return json.loads(json.dumps(out))
+
+
+def run_module(module: str, args: str, cwd: Path, check: bool = False, env: dict[str, str] | None = None) -> dict:
+    """One module of this checkout's collection through `ansible localhost -m` (the real AnsiballZ path).
+
+    ``env`` is the base environment (default: this process's). No ansible.cfg is read, so the json
+    callback prints plain results; the host's result comes back.
+    """
+    import os
+    import subprocess
+    import sys
+
+    ansible = Path(sys.executable).parent / "ansible"
+    run_env = {k: v for k, v in (os.environ if env is None else env).items() if k != "ANSIBLE_CONFIG"}
+    run_env.update(
+        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
+        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
+        ANSIBLE_STDOUT_CALLBACK="json",
+        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
+        ANSIBLE_LOCALHOST_WARNING="0",
+        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
+    )
+    argv = [str(ansible), "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])]
+    proc = subprocess.run(argv, env=run_env, cwd=cwd, capture_output=True, text=True)
+    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]

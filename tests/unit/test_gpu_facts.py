@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers as g
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -592,28 +593,10 @@ def _ansible() -> str | None:
 def run_module(
     tmp_path: Path, args: str, module: str = "gpubox.gpubox.gpu_facts", check: bool = False, **extra: str
 ) -> dict:
-    ansible = _ansible()
-    if ansible is None:
+    if _ansible() is None:
         pytest.skip("ansible is not installed")
     env = sim_env("rtx3090x2-pcie", tmp_path / "simstate", **extra)
-    env.pop("ANSIBLE_CONFIG", None)  # no ansible.cfg (tests/conftest.py points at the checkout's): plain json output
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-        ANSIBLE_LOCALHOST_WARNING="0",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-    )
-    proc = subprocess.run(
-        [ansible, "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])],
-        env=env,
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-    )
-    data = json.loads(proc.stdout)
-    return data["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return ansible_vars.run_module(module, args, tmp_path, check, env)
 
 
 def test_module_reads_nvidia_smi(tmp_path: Path, sim_path: Path) -> None:

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import yaml
 
+import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish as lib
 from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
@@ -457,21 +458,8 @@ def test_legacy_client_generation_over_https(
 
 
 def run_module(cwd: Path, args: dict[str, Any], check: bool = False) -> dict[str, Any]:
-    """The real module through `ansible localhost -m gpubox.gpubox.model_store` (this checkout's collection;
-    run outside the checkout so that its ansible.cfg, with its callbacks, is not read)."""
-    ansible = Path(sys.executable).parent / "ansible"
-    env = {k: v for k, v in os.environ.items() if k != "ANSIBLE_CONFIG"}  # no ansible.cfg: plain json output
-    env.update(
-        ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
-        ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
-        ANSIBLE_STDOUT_CALLBACK="json",
-        ANSIBLE_PYTHON_INTERPRETER=sys.executable,
-        ANSIBLE_LOCALHOST_WARNING="0",
-        ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
-    )
-    argv = [str(ansible), "localhost", "-c", "local", "-m", "gpubox.gpubox.model_store", "-a", json.dumps(args)]
-    proc = subprocess.run([*argv, *(["--check"] if check else [])], env=env, cwd=cwd, capture_output=True, text=True)
-    return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    """The real module through `ansible localhost -m gpubox.gpubox.model_store` (this checkout's collection)."""
+    return ansible_vars.run_module("gpubox.gpubox.model_store", json.dumps(args), cwd, check)
 
 
 def test_module_through_ansible_checks_and_refuses_like_preflight(
