@@ -632,9 +632,11 @@ class Request:
                 object.__setattr__(self, option, value)  # the normalized value (root: normpath)
         bounds = (("retries", 0), ("reserve_bytes", 0), ("keep_versions", 1), ("timeout", 1))
         problems += [
-            f"{option} must be >= {low}, got {getattr(self, option)}"
+            f"{option} must be an integer >= {low}, got {getattr(self, option)!r}"
             for option, low in bounds
-            if getattr(self, option) < low
+            if not isinstance(getattr(self, option), int)
+            or isinstance(getattr(self, option), bool)
+            or getattr(self, option) < low
         ]
         if urllib.parse.urlsplit(self.endpoint).scheme not in ("http", "https"):
             problems.append(f"endpoint must be an http(s) URL, got {self.endpoint!r}")

@@ -29,17 +29,17 @@ options:
     type: str
     required: true
   revision:
-    description: Branch, tag or commit to fetch.
+    description: Branch, tag or commit to fetch (the role passes gpubox_model_revision).
     type: str
-    default: master
+    required: true
   endpoint:
     description: Hub base URL.
     type: str
     default: https://www.modelscope.cn
   root:
-    description: Store root directory.
+    description: Store root directory (the role passes gpubox_model_root).
     type: path
-    default: /data/models
+    required: true
   name:
     description: Directory name under I(root); default the last part of I(model_id).
     type: str
@@ -75,9 +75,9 @@ options:
     type: int
     default: 2
   reserve_bytes:
-    description: Bytes that must stay free on I(root) after the download.
+    description: Bytes that must stay free on I(root) after the download (the role passes model_store_reserve_bytes).
     type: int
-    default: 0
+    required: true
   ca_bundle:
     description: PEM file of CAs to trust for the endpoint (a private mirror).
     type: path
@@ -166,9 +166,9 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.model_publish import
 
 ARGUMENT_SPEC = {
     "model_id": {"type": "str", "required": True},
-    "revision": {"type": "str", "default": "master"},
+    "revision": {"type": "str", "required": True},
     "endpoint": {"type": "str", "default": "https://www.modelscope.cn"},
-    "root": {"type": "path", "default": "/data/models"},
+    "root": {"type": "path", "required": True},
     "name": {"type": "str"},
     "modelscope_bin": {"type": "path", "required": True},
     "owner": {"type": "str", "default": "root"},
@@ -178,7 +178,7 @@ ARGUMENT_SPEC = {
     "progress_file": {"type": "path"},
     "retries": {"type": "int", "default": 2},
     "keep_versions": {"type": "int", "default": 2},
-    "reserve_bytes": {"type": "int", "default": 0},
+    "reserve_bytes": {"type": "int", "required": True},
     "ca_bundle": {"type": "path"},
     "expected_config": {"type": "dict"},
 }

@@ -61,6 +61,8 @@ def load(path: Path, name: str) -> ModuleType:
 store = load(ROOT / "plugins/modules/model_store.py", "gpubox_model_store_module")
 # What the module passes when a task sets nothing: the defaults of its argument_spec.
 DEFAULTS = {option: spec.get("default") for option, spec in store.ARGUMENT_SPEC.items()}
+# Options without a module default: the role passes its facts and knobs (one default, in the role).
+REQUIRED = {"revision": "master", "root": "/srv/models", "reserve_bytes": 0}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -217,6 +219,7 @@ def params_for(hub: Hub, root: Path, venv: Path, **kw: Any) -> dict[str, Any]:
     """module.params as AnsibleModule would hand them over: the argument_spec defaults, then the task's."""
     return {
         **DEFAULTS,
+        **REQUIRED,
         "model_id": MODEL_ID,
         "modelscope_bin": str(venv / "bin/modelscope"),
         "endpoint": hub.endpoint,
@@ -465,7 +468,8 @@ def run_module(cwd: Path, args: dict[str, Any], check: bool = False) -> dict[str
 def test_module_through_ansible_checks_and_refuses_like_preflight(
     hub_a: Hub, client_venv: Path, store_root: Path, tmp_path: Path
 ) -> None:
-    task = {"model_id": MODEL_ID, "endpoint": hub_a.endpoint, "root": str(store_root)}
+    task = {"model_id": MODEL_ID, "revision": "master", "reserve_bytes": 0, "endpoint": hub_a.endpoint}
+    task["root"] = str(store_root)
     task["modelscope_bin"] = str(client_venv / "bin/modelscope")
     mark = hub_a.mark()
     result = run_module(tmp_path, task, check=True)
@@ -560,7 +564,7 @@ def test_module_options_are_declared_once_and_passed_whole() -> None:
     ],
 )
 def test_request_refuses_what_the_desired_state_refuses(option: str, fact: str, value: str) -> None:
-    good = {**DEFAULTS, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
+    good = {**DEFAULTS, **REQUIRED, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
     lib.Request(**good)  # the defaults and a valid id pass
     _, error = state_checks.check(fact, value)
     assert error
@@ -570,9 +574,33 @@ def test_request_refuses_what_the_desired_state_refuses(option: str, fact: str, 
 
 
 def test_request_normalizes_the_root_and_refuses_out_of_range_numbers() -> None:
-    good = {**DEFAULTS, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
+    good = {**DEFAULTS, **REQUIRED, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
     assert lib.Request(**{**good, "root": "/srv/models/"}).root == "/srv/models"
     with pytest.raises(lib.ModelStoreError) as refused:
         lib.Request(**{**good, "retries": -1, "keep_versions": 0, "timeout": 0, "reserve_bytes": -1})
-    for words in ("retries must be >= 0", "keep_versions must be >= 1", "timeout must be >= 1", "reserve_bytes"):
+    for words in (
+        "retries must be an integer >= 0",
+        "keep_versions must be an integer >= 1",
+        "timeout must be an integer >= 1",
+        "reserve_bytes",
+    ):
         assert words in str(refused.value)
+
+
+def test_options_fed_by_facts_or_role_knobs_have_no_second_default() -> None:
+    """The role passes each fact and knob; a module default for one of them would be a second default."""
+    import re
+
+    import yaml
+
+    tasks = (ROOT / "roles/model_store/tasks/main.yml").read_text()
+    task = tasks.split("gpubox.gpubox.model_store: &model_store_args", 1)[1].split("register:", 1)[0]
+    passed = dict(re.findall(r"^    (\w+): \"\{\{ (?:__model_store_state\.)?(gpubox_\w+|model_store_\w+)", task, re.M))
+    defaults = yaml.safe_load((ROOT / "roles/model_store/defaults/main.yml").read_text())
+    assert {"revision", "root", "reserve_bytes"} <= set(passed)
+    for option, source in passed.items():
+        spec = store.ARGUMENT_SPEC[option]
+        if source.startswith("gpubox_") or option == "reserve_bytes":
+            assert "default" not in spec, option
+        elif "default" in spec:
+            assert spec["default"] == defaults[source], f"{option}: module {spec['default']!r} != {source}"
