@@ -40,7 +40,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks 
 class LookupModule(LookupBase):
     def run(self, terms, variables=None, **kwargs):
         variables = variables or {}
-        raw = {}
+        raw, template_errors = {}, []
         for name in state_checks.FACTS:
             if name not in variables:
                 continue
@@ -48,8 +48,7 @@ class LookupModule(LookupBase):
                 raw[name] = self._templar.template(variables[name])
             except Exception as exc:
                 raw[name] = state_checks.UNSET
-                raw.setdefault("__template_errors", []).append(f"{name} could not be templated: {exc}")
-        state = state_checks.validate(raw)
-        public = state.public()
-        public["errors"] = list(raw.get("__template_errors", [])) + public["errors"]
+                template_errors.append(f"{name} could not be templated: {exc}")
+        public = state_checks.validate(raw).public()
+        public["errors"] = template_errors + public["errors"]
         return [public]

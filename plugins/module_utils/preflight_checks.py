@@ -88,14 +88,11 @@ def desired(config: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
     ``config`` is either the gpubox.gpubox.desired_state lookup's result (already checked: it carries
     ``errors`` and ``gpubox_api_key_set``) or raw inventory variables, which are checked here.
     """
-    if isinstance(config.get("errors"), list) and "gpubox_api_key_set" in config:
-        values = {name: config.get(name) for name in state_checks.FACTS if name not in state_checks.SECRET_FACTS}
-        values["gpubox_model_dir"] = config.get("gpubox_model_dir")
-        return values, [str(e) for e in config["errors"]]
-    state = state_checks.validate(config)
-    values = {k: v for k, v in state.values.items() if k not in state_checks.SECRET_FACTS}
-    values["gpubox_model_dir"] = state.model_dir
-    return values, list(state.errors)
+    if not (isinstance(config.get("errors"), list) and "gpubox_api_key_set" in config):
+        config = state_checks.validate(config).public()  # the lookup's result, made here
+    values = {name: config.get(name) for name in state_checks.FACTS if name not in state_checks.SECRET_FACTS}
+    values["gpubox_model_dir"] = config.get("gpubox_model_dir")
+    return values, [str(e) for e in config["errors"]]
 
 
 def _gib(value: float) -> str:
@@ -171,7 +168,7 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
     want_name = config.get("gpubox_gpu_name")
     want_count = config.get("gpubox_gpu_count")
     want_mib = config.get("gpubox_gpu_memory_mib")
-    # Values of the wrong type are reported by the planner (_check_plan); here they are not compared.
+    # Facts state_checks refused arrive as None (reported there); here they are not compared.
     if not _is_int(want_count) or want_count < 1:
         want_count = None
     if not _is_number(want_mib) or want_mib <= 0:

@@ -21,13 +21,17 @@ def load(path: Path):
 
 
 @pytest.mark.parametrize("role", ROLES, ids=[p.name for p in ROLES])
-def test_defaults_and_argument_specs_have_the_same_keys(role):
+def test_defaults_and_argument_specs_have_the_same_keys_and_values(role):
     defaults = set(load(role / "defaults" / "main.yml"))
     specs = load(role / "meta" / "argument_specs.yml")["argument_specs"]
     options = set(specs["main"].get("options") or {})
     assert defaults == options, (
         f"{role.name}: only in defaults: {sorted(defaults - options)}; only in specs: {sorted(options - defaults)}"
     )
+    values = load(role / "defaults" / "main.yml")
+    for name, value in values.items():
+        declared = specs["main"]["options"][name].get("default")
+        assert declared == value, f"{role.name}: {name} defaults to {value!r}, its spec says {declared!r}"
 
 
 @pytest.mark.parametrize("role", ROLES, ids=[p.name for p in ROLES])

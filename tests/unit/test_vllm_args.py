@@ -33,11 +33,6 @@ def _host(group: str) -> str:
     return f"unit-{group}"
 
 
-def role_profile(group: str, overrides: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The state the vllm_service role renders from (kept under this name for tests/vllm073)."""
-    return group_state(group, overrides)
-
-
 def exec_start(group: str, overrides: dict[str, Any] | None = None) -> str:
     return render(
         _host(group), "__vllm_service_exec_start", roles=("gpubox", "vllm_service"), extra_vars=overrides,
@@ -50,7 +45,7 @@ def _flag(args: list[str], name: str) -> str | None:
 
 
 def test_2x3090_renders_the_seed_command_line() -> None:
-    args = vllm_args(role_profile("gpu_2x3090"))
+    args = vllm_args(group_state("gpu_2x3090"))
     assert args == [
         "--model", "/data/models/Qwen2.5-14B-Instruct",
         "--served-model-name", "qwen14b",
@@ -66,7 +61,7 @@ def test_2x3090_renders_the_seed_command_line() -> None:
 
 
 def test_4x4090_renders_awq_on_four_gpus() -> None:
-    args = vllm_args(role_profile("gpu_4x4090"))
+    args = vllm_args(group_state("gpu_4x4090"))
     assert _flag(args, "--tensor-parallel-size") == "4"
     assert _flag(args, "--quantization") == "awq_marlin"
     assert _flag(args, "--dtype") == "float16"
@@ -85,7 +80,7 @@ def test_no_api_key_on_the_command_line(group: str) -> None:
 
 
 def test_optional_flags_appear_only_when_set() -> None:
-    profile = role_profile(
+    profile = group_state(
         "gpu_2x3090",
         {
             "gpubox_pipeline_parallel_size": 2,
@@ -104,13 +99,13 @@ def test_optional_flags_appear_only_when_set() -> None:
 
 
 def test_pipeline_parallel_one_is_not_rendered() -> None:
-    args = vllm_args({**role_profile("gpu_2x3090"), "gpubox_pipeline_parallel_size": 1})
+    args = vllm_args({**group_state("gpu_2x3090"), "gpubox_pipeline_parallel_size": 1})
     assert "--pipeline-parallel-size" not in args
 
 
 def test_extra_args_are_appended_in_order() -> None:
     extra = ["--swap-space", "8", "--disable-custom-all-reduce"]
-    args = vllm_args({**role_profile("gpu_4x4090"), "gpubox_vllm_extra_args": extra})
+    args = vllm_args({**group_state("gpu_4x4090"), "gpubox_vllm_extra_args": extra})
     assert args[-3:] == extra
 
 
@@ -119,7 +114,7 @@ def test_extra_args_are_appended_in_order() -> None:
 )
 def test_api_key_in_extra_args_is_refused_naming_the_variable(extra: list[str]) -> None:
     with pytest.raises(VllmProfileError, match=r"gpubox_vllm_extra_args\[0\].*--api-key.*vault_gpubox_api_key"):
-        vllm_args({**role_profile("gpu_2x3090"), "gpubox_vllm_extra_args": extra})
+        vllm_args({**group_state("gpu_2x3090"), "gpubox_vllm_extra_args": extra})
 
 
 @pytest.mark.parametrize(
@@ -136,12 +131,12 @@ def test_api_key_in_extra_args_is_refused_naming_the_variable(extra: list[str]) 
 )
 def test_extra_args_may_not_override_a_rendered_flag(extra: list[str], variable: str) -> None:
     with pytest.raises(VllmProfileError, match=variable):
-        vllm_args({**role_profile("gpu_2x3090"), "gpubox_vllm_extra_args": extra})
+        vllm_args({**group_state("gpu_2x3090"), "gpubox_vllm_extra_args": extra})
 
 
 def test_extra_args_must_be_a_list() -> None:
     with pytest.raises(VllmProfileError, match="gpubox_vllm_extra_args must be a list"):
-        vllm_args({**role_profile("gpu_2x3090"), "gpubox_vllm_extra_args": "--enforce-eager"})
+        vllm_args({**group_state("gpu_2x3090"), "gpubox_vllm_extra_args": "--enforce-eager"})
 
 
 @pytest.mark.parametrize(
@@ -160,7 +155,7 @@ def test_extra_args_must_be_a_list() -> None:
 )
 def test_bad_values_name_the_variable(key: str, value: Any, message: str) -> None:
     with pytest.raises(VllmProfileError, match=message):
-        vllm_args({**role_profile("gpu_2x3090"), key: value})
+        vllm_args({**group_state("gpu_2x3090"), key: value})
 
 
 def _systemd_unquote(line: str) -> list[str]:
@@ -170,7 +165,7 @@ def _systemd_unquote(line: str) -> list[str]:
 
 
 def test_plain_arguments_stay_unquoted() -> None:
-    args = vllm_args(role_profile("gpu_2x3090"))
+    args = vllm_args(group_state("gpu_2x3090"))
     assert systemd_quote(args) == " ".join(args)
 
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import vllm_args
-from test_vllm_args import TOPOLOGIES, role_profile
+from test_vllm_args import TOPOLOGIES, group_state
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -110,7 +110,7 @@ def test_transformers_sees_torch(vllm_python: Path) -> None:
 
 @pytest.mark.parametrize("group", TOPOLOGIES)
 def test_real_parser_accepts_rendered_args(vllm_python: Path, group: str) -> None:
-    profile = role_profile(group)
+    profile = group_state(group)
     started = time.monotonic()
     result = _parse(vllm_python, vllm_args(profile))
     print(f"{group}: parser import + parse took {time.monotonic() - started:.1f} s")
@@ -136,7 +136,7 @@ def test_real_parser_accepts_rendered_args(vllm_python: Path, group: str) -> Non
 
 
 def test_real_parser_rejects_an_unknown_flag(vllm_python: Path) -> None:
-    args = [*vllm_args(role_profile(TOPOLOGIES[0])), "--no-such-flag-in-vllm-073"]
+    args = [*vllm_args(group_state(TOPOLOGIES[0])), "--no-such-flag-in-vllm-073"]
     result = _parse(vllm_python, args)
     assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
     assert "--no-such-flag-in-vllm-073" in result.stderr
@@ -171,7 +171,7 @@ def test_the_parser_reads_refused_spellings_as_rendered_flags(vllm_python: Path,
     from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
     assert state_checks.flag_problem(flag) is not None
-    base = [a for a in vllm_args(role_profile(TOPOLOGIES[0]))]
+    base = [a for a in vllm_args(group_state(TOPOLOGIES[0]))]
     value = [] if flag.startswith(("-tp", "-q")) else ["x" if "api" in flag or "served" in flag else "4096"]
     result = _parse(vllm_python, [*base, flag, *value])
     if flag == "-tp4" and result.returncode == 2:
