@@ -8,12 +8,26 @@ the atomic publish. Shared by the module and tests/unit/test_modelstore.py.
 On-disk layout under the store root (default /data/models):
 
     <root>/<name>                      symlink -> .versions/<name>@<commit>   (the live path)
-    <root>/.versions/<name>@<commit>/  a complete, verified model + .gpubox-manifest.json
-    <root>/.staging/<name>@<commit>/   download in progress (kept between runs for resume)
+    <root>/.versions/<name>@<commit>/  a complete, verified model + .gpubox-manifest.json (root's)
+    <root>/.staging/                   root's, 0711: the download user may pass, not list or create
+    <root>/.staging/<name>@<commit>/   the download user's, 0700: download in progress (kept for resume)
+    <root>/.staging/.publish-<name>@<commit>/  root's, 0700: the next version while it is assembled
 
-A version directory is only ever created by rename(2) of a fully verified staging directory, and
-the live path only ever changes by rename(2) of a new symlink over the old one, so a reader of
-<root>/<name> sees either the old complete model or the new complete model, never a mix.
+Least privilege: the modelscope client is the part that reads what the hub sends (the file list it
+fetches itself, the bytes), so it never runs as root. It runs as ``download_user`` and can write only
+its staging directory: under systemd (every real box) it is a transient service with a file-system
+sandbox (ProtectSystem=strict, one ReadWritePaths, PrivateTmp, no capabilities) stopped with its
+whole cgroup when the run ends or fails; without systemd (unit tests on a CI machine) it is a child
+process under that user, killed with its process group and by PR_SET_PDEATHSIG if the module dies.
+Publishing is the only root step: it moves exactly the files of the verified listing out of staging,
+each checked to be a regular file inside staging (no symlink on the way, one link, the download
+user's or one of our own published inodes), into a root-owned directory; everything else the client
+wrote is left out and reported. That directory becomes a version by rename(2), and the live path only
+ever changes by rename(2) of a new symlink over the old one, so a reader of <root>/<name> sees either
+the old complete model or the new complete model, never a mix.
+
+Every failure is a ModelStoreError whose message names the path and the fix (OSErrors included: disk
+full, read-only file system, permission denied); the progress file then says "failed".
 
 Runs on the managed host (Python >= 3.10).
 """
@@ -21,6 +35,7 @@ Runs on the managed host (Python >= 3.10).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import fcntl
 import hashlib
@@ -50,8 +65,15 @@ MANIFEST_SCHEMA = 1
 VERSIONS_DIR = ".versions"
 STAGING_DIR = ".staging"
 PARTIAL_SUFFIX = ".incomplete"  # the modelscope client's name for a partly received file
+CLIENT_DIR = ".gpubox-client"  # inside a staging dir: the client's HOME and cache, never published
+# What the modelscope client writes beside the files in its local_dir (metadata, partial downloads).
+CLIENT_BOOKKEEPING = (".msc", ".mv", "._____temp", ".mdl")
+PUBLISH_PREFIX = ".publish-"
 DIR_MODE = 0o755
 FILE_MODE = 0o644
+STAGING_ROOT_MODE = 0o711
+SYSTEMD_RUN = "/usr/bin/systemd-run"
+SYSTEMCTL = "/usr/bin/systemctl"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -201,9 +223,52 @@ class IntegrityError(ModelStoreError):
         self.problems = problems
 
 
-def sha256_file(path: Path, on_bytes: ByteCallback = None) -> str:
+class NotInside(Exception):
+    """A member path that is not a plain file reached through plain directories of its base."""
+
+
+def open_parent(directory: Path, rel: str) -> int:
+    """A directory fd of rel's parent inside directory, reached without following any symlink
+    (O_NOFOLLOW | O_DIRECTORY at every step): a symlinked directory on the way is NotInside."""
+    if not _safe_relpath(rel):
+        raise NotInside(f"{rel!r} is not a plain relative path")
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    for part in rel.split("/")[:-1]:
+        try:
+            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
+        except OSError as exc:
+            os.close(fd)
+            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
+                raise NotInside(f"{rel!r}: {part!r} is not a plain directory") from exc
+            raise
+        os.close(fd)
+        fd = nxt
+    return fd
+
+
+def open_member(directory: Path, rel: str) -> int:
+    """Open directory/rel read-only without following any symlink on the way or at the end: a
+    symlinked directory or file, or anything but a regular file, is NotInside, never its target."""
+    parts = rel.split("/")
+    fd = open_parent(directory, rel)
+    try:
+        try:
+            leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
+        except OSError as exc:
+            if exc.errno == errno.ELOOP:
+                raise NotInside(f"{rel!r} is a symlink") from exc
+            raise
+    finally:
+        os.close(fd)
+    if not stat.S_ISREG(os.fstat(leaf).st_mode):
+        os.close(leaf)
+        raise NotInside(f"{rel!r} is not a regular file")
+    return leaf
+
+
+def sha256_fd(fd: int, on_bytes: ByteCallback = None) -> str:
     digest = hashlib.sha256()
-    with path.open("rb") as fh:
+    with os.fdopen(fd, "rb", closefd=False) as fh:
         while block := fh.read(4 << 20):
             digest.update(block)
             if on_bytes:
@@ -211,20 +276,31 @@ def sha256_file(path: Path, on_bytes: ByteCallback = None) -> str:
     return digest.hexdigest()
 
 
-def verify_file(directory: Path, f: RemoteFile, *, rehash: bool, on_bytes: ByteCallback = None) -> FileProblem | None:
-    path = directory / f.path
+def sha256_file(path: Path, on_bytes: ByteCallback = None) -> str:
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
     try:
-        st = path.lstat()
+        return sha256_fd(fd, on_bytes)
+    finally:
+        os.close(fd)
+
+
+def verify_file(directory: Path, f: RemoteFile, *, rehash: bool, on_bytes: ByteCallback = None) -> FileProblem | None:
+    try:
+        fd = open_member(directory, f.path)
     except FileNotFoundError:
         return FileProblem(f.path, "missing", f"{f.size} bytes, sha256 {f.sha256}", "")
-    if not stat.S_ISREG(st.st_mode):
-        return FileProblem(f.path, "missing", "a regular file", "not a regular file")
-    if st.st_size != f.size:
-        return FileProblem(f.path, "size", f"{f.size} bytes", f"{st.st_size} bytes")
-    if rehash:
-        actual = sha256_file(path, on_bytes)
-        if actual != f.sha256:
-            return FileProblem(f.path, "sha256", f"sha256 {f.sha256}", f"sha256 {actual}")
+    except NotInside as exc:
+        return FileProblem(f.path, "missing", "a regular file", f"refused: {exc}")
+    try:
+        size = os.fstat(fd).st_size
+        if size != f.size:
+            return FileProblem(f.path, "size", f"{f.size} bytes", f"{size} bytes")
+        if rehash:
+            actual = sha256_fd(fd, on_bytes)
+            if actual != f.sha256:
+                return FileProblem(f.path, "sha256", f"sha256 {f.sha256}", f"sha256 {actual}")
+    finally:
+        os.close(fd)
     return None
 
 
@@ -241,25 +317,21 @@ def verify_dir(
 
 
 def extra_files(directory: Path, files: Iterable[RemoteFile]) -> list[str]:
-    """Relative paths of files present in directory but not in the listing (manifest excluded)."""
+    """Relative paths of entries in directory that are not in the listing: what the client wrote
+    besides the model (its bookkeeping such as .msc/.mv, or anything a hub made it write). Its own
+    HOME/cache directory is left out; symlinks are listed, never followed."""
     wanted = {f.path for f in files} | {MANIFEST_NAME}
     found = []
-    for path in sorted(directory.rglob("*")):
-        rel = path.relative_to(directory).as_posix()
-        if not path.is_dir() and rel not in wanted:
-            found.append(rel)
-    return found
-
-
-def remove_extras(directory: Path, files: Iterable[RemoteFile]) -> list[str]:
-    """Delete files not in the listing (client bookkeeping such as .msc, .mv) and the empty dirs left."""
-    removed = extra_files(directory, files)
-    for rel in removed:
-        (directory / rel).unlink()
-    for dirpath, _dirnames, _filenames in sorted(os.walk(directory), key=lambda w: -len(w[0])):
-        if Path(dirpath) != directory and not os.listdir(dirpath):
-            os.rmdir(dirpath)
-    return removed
+    for dirpath, dirnames, filenames in os.walk(directory):
+        base = Path(dirpath)
+        if base == directory and CLIENT_DIR in dirnames:
+            dirnames.remove(CLIENT_DIR)
+        links = [d for d in dirnames if (base / d).is_symlink()]
+        for name in sorted(filenames + links):
+            rel = (base / name).relative_to(directory).as_posix()
+            if rel not in wanted:
+                found.append(rel)
+    return sorted(found)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -419,10 +491,44 @@ class StoreLayout:
         return candidate
 
 
+def check_store_dir(path: Path, name: str = "gpubox_model_root") -> None:
+    """Refuse an existing store directory that is not root's alone (state_checks' one rule)."""
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise os_error(exc, f"reading {path}") from exc
+    problem = state_checks.store_root_problem(
+        name, str(path), st.st_uid, stat.S_IMODE(st.st_mode), stat.S_ISDIR(st.st_mode)
+    )
+    if problem:
+        raise ModelStoreError(problem)
+
+
+def make_dir(path: Path, mode: int) -> bool:
+    """Create path (not its parents' modes) with mode; False when it already existed (then untouched)."""
+    try:
+        path.mkdir(mode=mode)
+    except FileExistsError:
+        return False
+    os.chmod(path, mode)  # mkdir's mode is masked by the umask
+    return True
+
+
 def ensure_layout(layout: StoreLayout) -> None:
-    for path, mode in ((layout.root, DIR_MODE), (layout.versions, DIR_MODE), (layout.staging_root, 0o700)):
-        path.mkdir(parents=True, exist_ok=True)
-        os.chmod(path, mode)
+    """The root and the store's own directories: created with their modes when absent; when present,
+    never chmod-ed or chown-ed, only checked (root's, not writable by others)."""
+    missing = []
+    probe = layout.root
+    while not probe.exists():
+        missing.append(probe)
+        probe = probe.parent
+    for path in reversed(missing):
+        make_dir(path, DIR_MODE)
+    check_store_dir(layout.root)
+    make_dir(layout.versions, DIR_MODE)
+    check_store_dir(layout.versions, f"the store's {VERSIONS_DIR} directory")
+    make_dir(layout.staging_root, STAGING_ROOT_MODE)
+    check_store_dir(layout.staging_root, f"the store's {STAGING_DIR} directory")
     live = layout.live
     if live.exists() and not live.is_symlink():
         raise ModelStoreError(
@@ -448,13 +554,20 @@ def fsync_path(path: Path) -> None:
 
 
 def write_file_atomic(path: Path, text: str, mode: int = FILE_MODE) -> None:
+    """Write path whole or not at all: a temp file beside it, fsync, rename(2); the temp file is
+    removed when any step fails (e.g. ENOSPC), so nothing half-written is left."""
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
-    with open(tmp, "w", encoding="utf-8") as fh:
-        fh.write(text)
-        fh.flush()
-        os.fsync(fh.fileno())
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+        raise
 
 
 def swap_symlink(link: Path, target: Path) -> None:
@@ -484,13 +597,67 @@ def fsync_tree(directory: Path) -> None:
         fsync_path(Path(dirpath))
 
 
-def publish(layout: StoreLayout, staged: Path, commit: str) -> Path:
-    """Move a verified staging dir into .versions with rename(2), then swap the live symlink to it."""
+def publish(layout: StoreLayout, assembled: Path, commit: str) -> Path:
+    """Move an assembled, verified directory into .versions with rename(2), then swap the live symlink."""
     target = layout.new_version_path(commit)
-    os.rename(staged, target)
+    os.rename(assembled, target)
     fsync_path(layout.versions)
     fsync_path(layout.staging_root)
     swap_symlink(layout.live, target)
+    return target
+
+
+def _inodes(directory: Path | None) -> set[tuple[int, int]]:
+    found: set[tuple[int, int]] = set()
+    if directory is None:
+        return found
+    for dirpath, _dirnames, filenames in os.walk(directory):
+        for name in filenames:
+            with contextlib.suppress(OSError):
+                st = os.lstat(os.path.join(dirpath, name))
+                found.add((st.st_dev, st.st_ino))
+    return found
+
+
+def assemble(
+    layout: StoreLayout,
+    staging: Path,
+    listing: Listing,
+    download_uid: int,
+    own_inodes: set[tuple[int, int]],
+    uid: int | None,
+    gid: int | None,
+) -> Path:
+    """The only root step on what the client wrote: move exactly the listed files out of staging into
+    a fresh root-owned directory. Each must be reached through plain directories (no symlink), be a
+    regular file with one link written by the download user, or one of our own published inodes (a
+    repair's hard-linked seed). Anything else is refused; files not listed stay behind."""
+    target = layout.staging_root / f"{PUBLISH_PREFIX}{staging.name}"
+    if target.exists():
+        shutil.rmtree(target)
+    target.mkdir(mode=0o700)
+    for f in listing.files:
+        fd = open_member(staging, f.path)  # verified moments ago; re-checked here without following links
+        try:
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)
+        ours = (st.st_dev, st.st_ino) in own_inodes
+        if not ours and (st.st_uid != download_uid or st.st_nlink != 1):
+            raise ModelStoreError(
+                f"refused to publish {staging / f.path}: owned by uid {st.st_uid} with {st.st_nlink} links, not a "
+                f"file the download user (uid {download_uid}) wrote. Nothing was published; remove {staging} and re-run"
+            )
+        for parent in reversed(Path(f.path).parents[:-1]):
+            make_dir(target / parent, 0o700)
+        leaf = f.path.rsplit("/", 1)[-1]
+        src_dir, dst_dir = open_parent(staging, f.path), open_parent(target, f.path)
+        try:  # renameat(2) between directory fds: no symlink on either side is followed
+            os.rename(leaf, leaf, src_dir_fd=src_dir, dst_dir_fd=dst_dir)
+        finally:
+            os.close(src_dir)
+            os.close(dst_dir)
+    set_tree_ownership(target, uid, gid)
     return target
 
 
@@ -514,15 +681,49 @@ def prune_versions(layout: StoreLayout, keep: int, also_keep: Path | None = None
 
 
 def prune_staging(layout: StoreLayout, keep_commit: str | None = None) -> list[Path]:
-    """Remove this model's staging dirs for other commits (left by an abandoned revision)."""
+    """Remove this model's staging and publish dirs except keep_commit's (left by an abandoned
+    revision, or by a run stopped after its publish)."""
     removed = []
     if not layout.staging_root.is_dir():
         return removed
+    keep = f"{layout.name}@{keep_commit}"
     for path in layout.staging_root.iterdir():
-        if path.is_dir() and path.name.startswith(f"{layout.name}@") and path.name != f"{layout.name}@{keep_commit}":
+        name = path.name.removeprefix(PUBLISH_PREFIX)
+        if path.is_dir() and not path.is_symlink() and name.startswith(f"{layout.name}@") and name != keep:
             shutil.rmtree(path)
             removed.append(path)
     return removed
+
+
+def resume_assembly(layout: StoreLayout, staging: Path, uid: int, gid: int) -> list[str]:
+    """A run stopped between assemble and publish left the verified files in .publish-<name>@<commit>
+    (root's): move them back into staging, given to the download user, so nothing is fetched again."""
+    pending = layout.staging_root / f"{PUBLISH_PREFIX}{staging.name}"
+    if not pending.is_dir() or pending.is_symlink():
+        return []
+    moved = []
+    for dirpath, _dirnames, filenames in os.walk(pending):
+        for name in filenames:
+            src = Path(dirpath) / name
+            rel = src.relative_to(pending).as_posix()
+            if rel == MANIFEST_NAME or (name.startswith(".") and ".tmp-" in name):
+                continue
+            dst = staging / rel
+            parents = [staging / parent for parent in reversed(Path(rel).parents[:-1])]
+            for parent in parents:
+                if make_dir(parent, 0o755):
+                    os.chown(parent, uid, gid)
+            if any(p.is_symlink() or not p.is_dir() for p in parents):
+                continue  # the client made a link of that directory: the file is fetched again instead
+            if dst.is_symlink() or dst.exists():
+                if dst.is_dir() and not dst.is_symlink():
+                    continue
+                dst.unlink()
+            os.rename(src, dst)
+            os.chown(dst, uid, gid, follow_symlinks=False)
+            moved.append(rel)
+    shutil.rmtree(pending)
+    return moved
 
 
 # --------------------------------------------------------------------------------------------------
@@ -536,6 +737,7 @@ class Progress:
     bytes_total: int = 0
     files_done: int = 0
     files_total: int = 0
+    write_error: str = ""  # why the progress file could not be written last time (it is not fatal)
 
     def message(self) -> str:
         if self.bytes_total:
@@ -556,17 +758,34 @@ class Progress:
             "files_total": self.files_total,
             "message": self.message(),
             "updated": round(time.time(), 1),
+            # Who writes this file: the poll loop (model_store_progress) ends when that process is gone.
+            "pid": os.getpid(),
+            "pid_start": process_start(os.getpid()),
         }
 
 
+def process_start(pid: int) -> str:
+    """The start time of pid in clock ticks since boot (field 22 of /proc/PID/stat): with the pid it
+    names one process, even after the pid is reused. Empty when unknown."""
+    try:
+        data = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return data.rsplit(")", 1)[-1].split()[19] if ")" in data else ""
+
+
 def write_progress(path: Path | None, progress: Progress) -> None:
+    """Best effort: a progress file that cannot be written (full or read-only disk) never fails the
+    run; the reason is kept, and the poll loop also ends when the writing process is gone."""
     if path is None:
         return
     try:
         write_file_atomic(path, json.dumps(progress.as_dict()) + "\n", FILE_MODE)
+        progress.write_error = ""
     except OSError as exc:
-        if exc.errno not in (errno.ENOENT, errno.EACCES, errno.EROFS):
-            raise  # a missing/readonly progress location must not fail the download itself
+        progress.write_error = f"{path}: {exc.strerror or exc}"
+        with contextlib.suppress(OSError):
+            path.with_name(f".{path.name}.tmp-{os.getpid()}").unlink()
 
 
 def staging_progress(staging: Path, files: Iterable[RemoteFile]) -> tuple[int, int]:
@@ -616,6 +835,9 @@ class Request:
     # The config.json facts preflight planned from (catalog entry or gpubox_model_config); a download
     # whose config.json disagrees is never published.
     expected_config: dict[str, Any] | None
+    # The unprivileged user the client runs as (never root) and whether http:// endpoints are allowed.
+    download_user: str
+    allow_http: bool
     check_mode: bool = False
 
     def __post_init__(self) -> None:
@@ -638,8 +860,26 @@ class Request:
             or isinstance(getattr(self, option), bool)
             or getattr(self, option) < low
         ]
-        if urllib.parse.urlsplit(self.endpoint).scheme not in ("http", "https"):
-            problems.append(f"endpoint must be an http(s) URL, got {self.endpoint!r}")
+        scheme = urllib.parse.urlsplit(self.endpoint).scheme if isinstance(self.endpoint, str) else ""
+        if scheme == "http" and not self.allow_http:
+            problems.append(
+                f"endpoint {self.endpoint!r} is plain http: anyone on the path could change what is downloaded. "
+                "Use https, or for a LAN mirror set model_store_allow_http: true (module option allow_http; "
+                "every live file is then re-hashed against the manifest on each run)"
+            )
+        elif scheme not in ("http", "https"):
+            problems.append(f"endpoint must be an https URL, got {self.endpoint!r}")
+        elif scheme == "http":
+            object.__setattr__(self, "rehash", True)  # http only with the full manifest check
+        if not isinstance(self.download_user, str) or not re.match(r"^[a-z_][a-z0-9_-]{0,31}$", self.download_user):
+            problems.append(
+                f"download_user must be the name of an unprivileged system user (model_store_download_user), "
+                f"got {self.download_user!r}"
+            )
+        elif self.download_user == "root":
+            problems.append(
+                "download_user must not be root: the client reads what the hub sends (model_store_download_user)"
+            )
         if problems:
             raise ModelStoreError("; ".join(problems))
 
@@ -661,6 +901,8 @@ class StoreResult:
     downloaded: bool = False
     attempts: int = 0
     client_version: str = ""
+    sandbox: str = ""
+    refused_files: list[str] = field(default_factory=list)
     repaired: list[str] = field(default_factory=list)
     removed_versions: list[str] = field(default_factory=list)
     msg: str = ""
@@ -686,23 +928,150 @@ def client_argv(req: Request, staging: Path) -> list[str]:
     ]
 
 
-def client_env(req: Request, cache_dir: Path) -> dict[str, str]:
-    """Environment for the CLI. Both client generations are served: >= 1.38 reads MODELSCOPE_ENDPOINT
-    (and then ignores MODELSCOPE_DOMAIN); <= 1.37 reads only MODELSCOPE_DOMAIN and always uses https."""
-    env = dict(os.environ)
+PASSED_ENV = ("http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "LANG", "TZ")
+
+
+def client_env(req: Request, staging: Path) -> dict[str, str]:
+    """The whole environment of the CLI (nothing else of the module's is inherited). Both client
+    generations are served: >= 1.38 reads MODELSCOPE_ENDPOINT (and then ignores MODELSCOPE_DOMAIN);
+    <= 1.37 reads only MODELSCOPE_DOMAIN and always uses https. Its HOME and cache are inside its
+    staging directory, the only place it may write."""
+    env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    env["PATH"] = f"{Path(req.modelscope_bin).parent}:/usr/local/bin:/usr/bin:/bin"
+    env["HOME"] = str(staging / CLIENT_DIR / "home")
+    env["MODELSCOPE_CACHE"] = str(staging / CLIENT_DIR / "cache")
     env["MODELSCOPE_ENDPOINT"] = req.endpoint.rstrip("/")
     url = urllib.parse.urlsplit(req.endpoint)
     if url.scheme == "https":
         env["MODELSCOPE_DOMAIN"] = url.netloc
-    else:
-        env.pop("MODELSCOPE_DOMAIN", None)
     if req.ca_bundle:
         env["REQUESTS_CA_BUNDLE"] = req.ca_bundle
         env["SSL_CERT_FILE"] = req.ca_bundle
-    env["MODELSCOPE_CACHE"] = str(cache_dir)  # keep the client's locks and state beside the staging dir
     env["TQDM_DISABLE"] = "1"  # no progress bars in the captured log; we report progress ourselves
     env["PYTHONUNBUFFERED"] = "1"
     return env
+
+
+def systemd_running() -> bool:
+    """systemd is PID 1 here (sd_booted's test) and systemd-run is installed: sandbox the client."""
+    return os.path.isdir("/run/systemd/system") and os.access(SYSTEMD_RUN, os.X_OK)
+
+
+def client_unit(layout: StoreLayout) -> str:
+    """One transient unit name per model: a run stops what a killed earlier run left behind."""
+    return f"gpubox-model-fetch-{re.sub(r'[^A-Za-z0-9_.-]', '_', layout.name)}.service"
+
+
+def sandbox_properties(staging: Path, user: str, runtime_max: int) -> list[str]:
+    """The transient unit of the client: its user, one writable directory, nothing else."""
+    return [
+        f"User={user}",
+        f"Group={user}",
+        f"WorkingDirectory={staging}",
+        "UMask=0022",
+        "ProtectSystem=strict",
+        f"ReadWritePaths={staging}",
+        "ProtectHome=yes",
+        "PrivateTmp=yes",
+        "PrivateDevices=yes",
+        "PrivateIPC=yes",
+        "NoNewPrivileges=yes",
+        "CapabilityBoundingSet=",
+        "RestrictSUIDSGID=yes",
+        "ProtectKernelTunables=yes",
+        "ProtectKernelModules=yes",
+        "ProtectKernelLogs=yes",
+        "ProtectControlGroups=yes",
+        "ProtectClock=yes",
+        "ProtectHostname=yes",
+        "LockPersonality=yes",
+        "RestrictRealtime=yes",
+        "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "KillMode=control-group",
+        f"RuntimeMaxSec={max(1, runtime_max)}",
+    ]
+
+
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the forked child
+    """In the client (fallback path): SIGKILL when the module that started it dies."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+class ClientRun:
+    """One run of the client as the download user, sandboxed by systemd where it runs, and always
+    stopped (with everything it started) by stop(): on success, failure, timeout or SIGTERM."""
+
+    def __init__(self, req: Request, layout: StoreLayout, staging: Path, log: Any, runtime_max: int) -> None:
+        self.argv = client_argv(req, staging)
+        self.env = client_env(req, staging)
+        self.unit = client_unit(layout)
+        self.user = req.download_user
+        self.staging = staging
+        self.log = log
+        self.runtime_max = runtime_max
+        self.sandbox = "systemd" if systemd_running() else "user"
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        if self.sandbox == "systemd":
+            self._systemctl("stop", self.unit)  # left running by an earlier run that was killed
+            self._systemctl("reset-failed", self.unit)
+            argv = [SYSTEMD_RUN, "--quiet", "--collect", "--wait", "--pipe", f"--unit={self.unit}"]
+            argv += [f"--property={p}" for p in sandbox_properties(self.staging, self.user, self.runtime_max)]
+            argv += [f"--setenv={k}={v}" for k, v in sorted(self.env.items())]
+            self.proc = subprocess.Popen(
+                [*argv, "--", *self.argv], stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT
+            )
+            return
+        self.proc = subprocess.Popen(
+            self.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=self.env,
+            cwd=str(self.staging),
+            user=self.user,
+            group=self.user,
+            extra_groups=[],
+            umask=0o022,
+            start_new_session=True,
+            preexec_fn=_die_with_parent,
+        )
+
+    def poll(self, timeout: float) -> int | None:
+        assert self.proc is not None
+        try:
+            return self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+
+    def stop(self) -> None:
+        """Stop the client and anything it started; a no-op once it has ended on its own."""
+        if self.sandbox == "systemd":
+            self._systemctl("stop", self.unit)  # the whole cgroup, SIGTERM then SIGKILL
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGTERM) if self.sandbox == "user" else self.proc.terminate()
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(self.proc.pid, signal.SIGKILL) if self.sandbox == "user" else self.proc.kill()
+                self.proc.wait()
+        elif self.sandbox == "user":
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.proc.pid, signal.SIGKILL)  # anything it left in its process group
+
+    @staticmethod
+    def _systemctl(*args: str) -> None:
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run([SYSTEMCTL, *args], capture_output=True, timeout=120, check=False)
 
 
 def client_version(modelscope_bin: str) -> tuple[int, ...] | None:
@@ -757,54 +1126,45 @@ def store_lock(path: Path) -> Iterator[None]:
 
 def run_client(
     req: Request,
+    layout: StoreLayout,
     staging: Path,
     listing: Listing,
     deadline: float,
     progress: Progress,
     progress_path: Path | None,
     log_path: Path,
+    result: StoreResult,
 ) -> int:
-    """Run the modelscope CLI once, updating progress every second; stop it at the deadline.
-
-    A Popen of its own, not AnsibleModule.run_command: the run takes hours, is watched every second
-    (progress file) and its whole process group is stopped at the deadline.
-    """
+    """Run the modelscope CLI once as the download user, updating progress every second; stop it at
+    the deadline. It never outlives this call: stopped in ``finally`` on any exit (an error, a
+    SIGTERM turned into an exception, the deadline). A Popen of its own, not run_command: the run takes
+    hours, is watched every second (progress file) and stopped as a whole."""
     with log_path.open("ab") as log:
         log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(client_argv(req, staging))}\n".encode())
         log.flush()
+        run = ClientRun(req, layout, staging, log, int(deadline - time.monotonic()) + 1)
+        result.sandbox = run.sandbox
         try:
-            proc = subprocess.Popen(
-                client_argv(req, staging),
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=client_env(req, staging.parent / ".cache"),
-                cwd=str(staging.parent),
-                start_new_session=True,
-            )
-        except OSError as exc:
-            raise ModelStoreError(
-                f"cannot run modelscope_bin {req.modelscope_bin!r} ({exc}); point it at the serving "
-                "environment's modelscope CLI"
-            ) from exc
-        while True:
             try:
-                return proc.wait(timeout=1.0)
-            except subprocess.TimeoutExpired:
-                pass
-            progress.bytes_done, progress.files_done = staging_progress(staging, listing.files)
-            write_progress(progress_path, progress)
-            if time.monotonic() > deadline:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=10)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait()
+                run.start()
+            except OSError as exc:
                 raise ModelStoreError(
-                    f"the download of {req.model_id}@{req.revision} did not finish within timeout "
-                    f"{req.timeout}s; {staging} is kept and a re-run resumes from it (or raise the timeout)"
-                )
+                    f"cannot run modelscope_bin {req.modelscope_bin!r} as {req.download_user} ({exc}); point it "
+                    "at the serving environment's modelscope CLI, readable and executable by model_store_download_user"
+                ) from exc
+            while True:
+                rc = run.poll(1.0)
+                if rc is not None:
+                    return rc
+                progress.bytes_done, progress.files_done = staging_progress(staging, listing.files)
+                write_progress(progress_path, progress)
+                if time.monotonic() > deadline:
+                    raise ModelStoreError(
+                        f"the download of {req.model_id}@{req.revision} did not finish within timeout "
+                        f"{req.timeout}s; {staging} is kept and a re-run resumes from it (or raise the timeout)"
+                    )
+        finally:
+            run.stop()
 
 
 # --------------------------------------------------------------------------------------------------
@@ -822,21 +1182,68 @@ def _ids(req: Request) -> tuple[int | None, int | None]:
     return uid, gid
 
 
+def _download_ids(req: Request) -> tuple[int, int]:
+    import pwd
+
+    try:
+        entry = pwd.getpwnam(req.download_user)
+    except KeyError as exc:
+        raise ModelStoreError(
+            f"download_user {req.download_user!r} does not exist on this host: the model_store role creates "
+            "model_store_download_user; create it (a system user without a login shell) or choose another"
+        ) from exc
+    if entry.pw_uid == 0:
+        raise ModelStoreError(f"download_user {req.download_user!r} has uid 0: choose an unprivileged user")
+    return entry.pw_uid, entry.pw_gid
+
+
 def _discard(staging: Path, problems: list[FileProblem]) -> None:
+    """Delete what failed verification so the next client run fetches it again, without following a
+    symlink: a file (or symlink) is unlinked in its parent found by open_parent; a path whose parent
+    is not a plain directory loses its whole top-level entry (rmtree never follows links)."""
     for p in problems:
-        if p.kind != "missing":
-            (staging / p.path).unlink(missing_ok=True)
+        if p.kind == "missing" and not p.actual:
+            continue
+        try:
+            parent = open_parent(staging, p.path)
+        except NotInside:
+            top = staging / p.path.split("/")[0]
+            if top.is_symlink() or not top.is_dir():
+                top.unlink(missing_ok=True)
+            else:
+                shutil.rmtree(top)
+            continue
+        except FileNotFoundError:
+            continue
+        try:
+            leaf = p.path.rsplit("/", 1)[-1]
+            with contextlib.suppress(FileNotFoundError):
+                if stat.S_ISDIR(os.lstat(leaf, dir_fd=parent).st_mode):
+                    shutil.rmtree(leaf, dir_fd=parent)
+                else:
+                    os.unlink(leaf, dir_fd=parent)
+        finally:
+            os.close(parent)
+
+
+def _give_to(path: Path, uid: int, gid: int) -> None:
+    """chown path and everything under it to uid:gid without following symlinks (lchown)."""
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in [dirpath, *(os.path.join(dirpath, n) for n in dirnames + filenames)]:
+            os.chown(name, uid, gid, follow_symlinks=False)
 
 
 def _seed_from(live: Path, staging: Path, listing: Listing, bad: set[str]) -> None:
-    """Hard-link the live files that passed a re-hash into staging, so a repair fetches only the bad ones."""
+    """Into a staging dir this run just created (nothing of the client's in it yet): hard-link the
+    live files that passed a re-hash, so a repair fetches only the bad ones. The links stay root's
+    inodes of the live version (assemble accepts exactly those)."""
     for f in listing.files:
         src, dst = live / f.path, staging / f.path
-        if f.path in bad or dst.exists():
+        if f.path in bad:
             continue
         dst.parent.mkdir(parents=True, exist_ok=True)
         try:
-            os.link(src, dst)
+            os.link(src, dst, follow_symlinks=False)
         except OSError:
             return  # not possible here (e.g. another filesystem): the client fetches everything
 
@@ -846,8 +1253,10 @@ def _check_config(req: Request, staging: Path, listing: Listing) -> None:
     if req.expected_config is None:
         return
     try:
-        config = json.loads((staging / "config.json").read_text())
-    except (OSError, ValueError) as exc:
+        fd = open_member(staging, "config.json")
+        with os.fdopen(fd, "rb") as fh:
+            config = json.loads(fh.read(1 << 20).decode("utf-8"))
+    except (OSError, ValueError, NotInside) as exc:
         raise ModelStoreError(f"{req.model_id}@{listing.commit} has no readable config.json ({exc})") from exc
     problems = config_mismatches(req.expected_config, config)
     if problems:
@@ -858,8 +1267,53 @@ def _check_config(req: Request, staging: Path, listing: Listing) -> None:
         )
 
 
+_OS_FIXES = {
+    errno.ENOSPC: "free space on that file system or point gpubox_model_root at a larger one",
+    errno.EDQUOT: "raise the disk quota there or point gpubox_model_root at another file system",
+    errno.EROFS: "the file system is read-only: remount it read-write or point gpubox_model_root elsewhere",
+    errno.EACCES: "check the ownership and mode of that path (the store runs as root, the client as "
+    "model_store_download_user) and any mandatory access control",
+    errno.EPERM: "check the ownership, attributes (chattr) and mount options of that path",
+    errno.EIO: "the disk reported an I/O error: check it (dmesg, smartctl) before re-running",
+}
+
+
+def os_error(exc: OSError, doing: str) -> ModelStoreError:
+    """An OSError as a failure that names the path, the cause and what to do."""
+    where = exc.filename if exc.filename is not None else "?"
+    if exc.filename2 is not None:
+        where = f"{where} -> {exc.filename2}"
+    name = errno.errorcode.get(exc.errno or 0, "error")
+    fix = _OS_FIXES.get(exc.errno or 0, "fix the cause and re-run")
+    return ModelStoreError(
+        f"{doing} failed at {where}: {exc.strerror or exc} ({name}). {fix}. The live model is unchanged; "
+        "a re-run resumes from what was downloaded."
+    )
+
+
+class Stopped(ModelStoreError):
+    """The module was asked to stop (SIGTERM): the client is stopped with it."""
+
+
+@contextlib.contextmanager
+def stop_on_sigterm() -> Iterator[None]:
+    def handler(signum: int, _frame: Any) -> None:
+        raise Stopped(f"stopped by signal {signum}; the live model is unchanged and a re-run resumes")
+
+    try:
+        previous = signal.signal(signal.SIGTERM, handler)
+    except ValueError:  # not the main thread: nothing to install
+        yield
+        return
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def run_model_store(req: Request, free: Callable[[Path], int] = free_bytes) -> StoreResult:
-    """The module's work, without Ansible: raises ModelStoreError on any failure."""
+    """The module's work, without Ansible: raises ModelStoreError on any failure (an OSError
+    anywhere becomes one naming the path and the fix); the progress file then says "failed"."""
     started = time.monotonic()
     deadline = started + req.timeout
     layout = StoreLayout(Path(req.root), req.model_name)
@@ -867,9 +1321,13 @@ def run_model_store(req: Request, free: Callable[[Path], int] = free_bytes) -> S
     progress = Progress(phase="reading the hub listing")
     write_progress(progress_path, progress)
     try:
-        result = _run(req, layout, deadline, free, progress, progress_path)
+        with stop_on_sigterm():
+            try:
+                result = _run(req, layout, deadline, free, progress, progress_path)
+            except OSError as exc:
+                raise os_error(exc, progress.phase) from exc
     except ModelStoreError as exc:
-        progress.state, progress.phase = "failed", f"failed: {str(exc)[:200]}"
+        progress.state, progress.phase = "failed", f"failed: {str(exc)[:300]}"
         write_progress(progress_path, progress)
         raise
     progress.state, progress.phase = "done", result.msg
@@ -929,6 +1387,8 @@ def _converge(
         if not bad_live:
             result.version_path, result.manifest_sha256 = str(live), live_manifest["manifest_sha256"]
             result.msg = f"{req.model_id}@{listing.commit} is already live at {layout.live}"
+            if not req.check_mode:
+                prune_staging(layout)  # what a run stopped after its publish left behind
             return result
         result.repaired = [p.describe() for p in bad_live]
 
@@ -956,17 +1416,21 @@ def _converge(
         result.msg = f"would download {req.model_id}@{listing.commit} into {staging} and publish it"
         return result
     result.client_version = check_client(req)
-    staging.mkdir(mode=0o700, exist_ok=True)
-    if live and bad_live and req.rehash:
-        _seed_from(live, staging, listing, {p.path for p in bad_live})
     uid, gid = _ids(req)
+    dl_uid, dl_gid = _download_ids(req)
+    fresh = make_dir(staging, 0o700)
+    if fresh and live and bad_live and req.rehash:
+        _seed_from(live, staging, listing, {p.path for p in bad_live})
+    if fresh or staging.lstat().st_uid != dl_uid:  # new, or left by a store that ran the client as root
+        _give_to(staging, dl_uid, dl_gid)
+    resume_assembly(layout, staging, dl_uid, dl_gid)
     log_path = layout.staging_root / f"client-{layout.name}@{listing.commit}.log"
     problems: list[FileProblem] = []
     rc = 0
     for attempt in range(1, req.retries + 2):
         result.attempts = attempt
         progress.phase = f"downloading (attempt {attempt})"
-        rc = run_client(req, staging, listing, deadline, progress, progress_path, log_path)
+        rc = run_client(req, layout, staging, listing, deadline, progress, progress_path, log_path, result)
         result.downloaded = True
         progress.phase = "verifying sha256"
         write_progress(progress_path, progress)
@@ -984,13 +1448,17 @@ def _converge(
             problems,
         )
     _check_config(req, staging, listing)
-    remove_extras(staging, listing.files)  # client leftovers: the published dir holds exactly the listing
+    # What the client wrote besides the listed files is never published (its bookkeeping is expected;
+    # anything else is reported: a hub's second listing named it).
+    result.refused_files = [p for p in extra_files(staging, listing.files) if p.split("/")[0] not in CLIENT_BOOKKEEPING]
     progress.phase = "publishing"
     write_progress(progress_path, progress)
-    manifest = write_manifest(staging, listing, req.endpoint)
-    set_tree_ownership(staging, uid, gid)
-    fsync_tree(staging)
-    version = publish(layout, staging, listing.commit)
+    assembled = assemble(layout, staging, listing, dl_uid, _inodes(live), uid, gid)
+    manifest = write_manifest(assembled, listing, req.endpoint)
+    set_tree_ownership(assembled, uid, gid)
+    fsync_tree(assembled)
+    version = publish(layout, assembled, listing.commit)
+    shutil.rmtree(staging)  # only what was not published is left in it
     log_path.unlink(missing_ok=True)
     result.version_path, result.manifest_sha256 = str(version), manifest["manifest_sha256"]
     result.removed_versions = [str(p) for p in prune_versions(layout, req.keep_versions, also_keep=live)]

@@ -12,6 +12,7 @@ host keys (all optional; a missing one is reported, not raised):
   gpu                                  the ``gpubox_gpu`` fact (plugins/module_utils/gpu_parsers.py)
   disk_free_bytes, disk_mount          free bytes of the filesystem holding gpubox_model_root, its mount
   model_bytes_present                  bytes already in the model's directory there (0 when absent)
+  model_root_stat                      "UID MODE TYPE" of an existing gpubox_model_root (stat -L), or "absent"
   secure_boot                          bool, what nvidia_driver's validate.yml recorded
 
 config keys: the desired state, either as the gpubox.gpubox.desired_state lookup returns it (checked,
@@ -356,6 +357,24 @@ def _check_disk(
         )
 
 
+def _check_model_root_owner(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
+    """An existing gpubox_model_root must be root's and writable by no one else (state_checks' rule,
+    the one the model store applies too); an absent one is created by the store."""
+    root, found = config.get("gpubox_model_root"), host.get("model_root_stat")
+    if not root or found in (None, "", "absent"):
+        return
+    parts = str(found).split(" ", 2)
+    try:
+        uid, mode = int(parts[0]), int(parts[1], 8)
+    except (IndexError, ValueError):
+        report.errors.append(f"gpubox_model_root ({root}): could not read its owner and mode ({found!r})")
+        return
+    problem = state_checks.store_root_problem("gpubox_model_root", root, uid, mode, parts[2:] == ["directory"])
+    report.row(f"owner of {root}", f"uid {uid}, mode {mode:04o}", problem is None)
+    if problem:
+        report.errors.append(problem)
+
+
 def _check_api_key(config: dict[str, Any], state_errors: list[str], report: _Report) -> None:
     ok = not any(e.startswith("gpubox_api_key") for e in state_errors)
     report.row("API key", "valid" if ok else "missing or invalid", ok)
@@ -426,6 +445,7 @@ def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     plan = _check_plan(facts, model, refused, report)
     _check_ram(host, model, factor, report)
     _check_disk(host, facts, model, headroom, report)
+    _check_model_root_owner(host, facts, report)
     _check_api_key(facts, state_errors, report)
     _check_secure_boot(host, config, report)
     # One line per problem: the same message from two checks is reported once.

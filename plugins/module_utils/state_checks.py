@@ -90,7 +90,34 @@ SYSTEM_DIRS = frozenset(
      "/opt", "/proc", "/root", "/run", "/sbin", "/srv", "/sys", "/tmp", "/usr", "/usr/local", "/var", "/var/lib",
      "/var/tmp", "/dev/shm", "/var/log", "/var/cache"}
 )  # fmt: skip
-NO_TREE_UNDER = ("/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib")
+NO_TREE_UNDER = (
+    "/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/root",
+)  # fmt: skip
+
+# An existing model store root must be a real directory owned by root and writable by no one else:
+# whoever can write it can swap the live symlink the service reads.
+_GROUP_OTHER_WRITE = 0o022
+
+
+def store_root_problem(name: str, path: str, uid: int | None, mode: int | None, is_dir: bool) -> str | None:
+    """The one rule for an existing store root (preflight and the model store alike): None when fine."""
+    if not is_dir:
+        return f"{name} {path} exists but is not a directory: remove it or choose another path"
+    if uid != 0:
+        return (
+            f"{name} {path} is owned by uid {uid}, not root: another user could replace the model the service "
+            f"reads. Fix: `chown root:root {path}` (gpubox never changes a directory it did not create) or choose "
+            "another path"
+        )
+    if mode is None or mode & _GROUP_OTHER_WRITE:
+        shown = "unknown" if mode is None else f"{mode & 0o7777:04o}"
+        return (
+            f"{name} {path} has mode {shown}, writable by group or others: another user could replace the model "
+            f"the service reads. Fix: `chmod go-w {path}` (gpubox never changes a directory it did not create) or "
+            "choose another path"
+        )
+    return None
+
 
 API_KEY_CHARS = r"A-Za-z0-9._~+/=:@,-"
 API_KEY_MIN = 16

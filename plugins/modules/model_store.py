@@ -22,7 +22,14 @@ description:
     deletes and re-fetches files that fail (bounded by I(retries)), writes a manifest, sets ownership,
     renames the staging directory into C(<root>/.versions/) and swaps the C(<root>/<name>) symlink with
     one rename(2).
+  - The client never runs as root. It runs as I(download_user), which can write only its staging
+    directory; under systemd it is a transient service sandboxed to that directory
+    (C(gpubox-model-fetch-<name>.service)), stopped with everything it started when the module ends,
+    fails or is stopped. Publishing moves exactly the listed, verified files out of staging (each a
+    regular file reached without a symlink); anything else the client wrote is reported in
+    I(refused_files) and never published.
   - On failure the live path is untouched and the staging directory is kept, so a re-run resumes.
+    Every failure, including an operating-system error such as a full disk, names the path and the fix.
 options:
   model_id:
     description: ModelScope id, OWNER/NAME.
@@ -33,9 +40,19 @@ options:
     type: str
     required: true
   endpoint:
-    description: Hub base URL.
+    description: Hub base URL, https unless I(allow_http).
     type: str
     default: https://www.modelscope.cn
+  allow_http:
+    description:
+      - Accept a plain http I(endpoint) (a LAN mirror). Then every live file is re-hashed against the
+        manifest on every run (I(rehash) is forced on).
+    type: bool
+    default: false
+  download_user:
+    description: Unprivileged user the client runs as (the role creates it); never root.
+    type: str
+    required: true
   root:
     description: Store root directory (the role passes gpubox_model_root).
     type: path
@@ -100,6 +117,9 @@ EXAMPLES = r"""
   gpubox.gpubox.model_store:
     model_id: Qwen/Qwen2.5-7B-Instruct
     revision: master
+    root: /data/models
+    reserve_bytes: 1073741824
+    download_user: gpubox-fetch
     modelscope_bin: /opt/gpubox/venv/bin/modelscope
 """
 
@@ -144,6 +164,14 @@ client_version:
   description: modelscope version beside modelscope_bin, when the client ran.
   type: str
   returned: always
+sandbox:
+  description: How the client ran, C(systemd) (a sandboxed transient service) or C(user) (a child process as I(download_user)).
+  type: str
+  returned: always
+refused_files:
+  description: Files the client wrote that are not in the verified listing; never published.
+  type: list
+  returned: always
 repaired:
   description: Live files a re-hash found damaged; a new version replaced them.
   type: list
@@ -168,6 +196,8 @@ ARGUMENT_SPEC = {
     "model_id": {"type": "str", "required": True},
     "revision": {"type": "str", "required": True},
     "endpoint": {"type": "str", "default": "https://www.modelscope.cn"},
+    "allow_http": {"type": "bool", "default": False},
+    "download_user": {"type": "str", "required": True},
     "root": {"type": "path", "required": True},
     "name": {"type": "str"},
     "modelscope_bin": {"type": "path", "required": True},
