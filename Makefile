@@ -42,7 +42,9 @@ lint: venv
 	ansible-lint
 	tools/sanity.sh
 
+# host-setup.sh: the host packages the unit tests use too (idempotent, quick when present).
 unit: venv
+	molecule/shared/host-setup.sh
 	pytest -q tests/unit
 
 # The production command lines of both topologies, parsed by vLLM 0.7.3's own argument parser

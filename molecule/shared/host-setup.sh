@@ -3,7 +3,9 @@
 # tuned for this kind of VM (docs: ../shared/docs/testing.md). Idempotent; needs root.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
-need=(podman runc mmdebstrap dpkg-dev gnupg uidmap)
+# python3-venv: the unit tests' modelscope client venv runs as an unprivileged user, so it is built on
+# Debian's /usr/bin/python3 (a pyenv Python under /root is out of that user's reach).
+need=(podman runc mmdebstrap dpkg-dev gnupg uidmap python3-venv)
 missing=()
 for p in "${need[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -937,6 +937,8 @@ def client_env(req: Request, staging: Path) -> dict[str, str]:
     <= 1.37 reads only MODELSCOPE_DOMAIN and always uses https. Its HOME and cache are inside its
     staging directory, the only place it may write."""
     env = {name: os.environ[name] for name in PASSED_ENV if name in os.environ}
+    # The client's download tuning (MODELSCOPE_DOWNLOAD_MAX_RETRIES, ...): settings, never secrets.
+    env |= {name: value for name, value in os.environ.items() if name.startswith("MODELSCOPE_DOWNLOAD_")}
     env["PATH"] = f"{Path(req.modelscope_bin).parent}:/usr/local/bin:/usr/bin:/bin"
     env["HOME"] = str(staging / CLIENT_DIR / "home")
     env["MODELSCOPE_CACHE"] = str(staging / CLIENT_DIR / "cache")
@@ -965,8 +967,7 @@ def client_unit(layout: StoreLayout) -> str:
 def sandbox_properties(staging: Path, user: str, runtime_max: int) -> list[str]:
     """The transient unit of the client: its user, one writable directory, nothing else."""
     return [
-        f"User={user}",
-        f"Group={user}",
+        f"User={user}",  # and its primary group
         f"WorkingDirectory={staging}",
         "UMask=0022",
         "ProtectSystem=strict",
@@ -1010,6 +1011,7 @@ class ClientRun:
         self.env = client_env(req, staging)
         self.unit = client_unit(layout)
         self.user = req.download_user
+        self.uid, self.gid = _download_ids(req)
         self.staging = staging
         self.log = log
         self.runtime_max = runtime_max
@@ -1034,8 +1036,8 @@ class ClientRun:
             stderr=subprocess.STDOUT,
             env=self.env,
             cwd=str(self.staging),
-            user=self.user,
-            group=self.user,
+            user=self.uid,
+            group=self.gid,
             extra_groups=[],
             umask=0o022,
             start_new_session=True,

@@ -7,8 +7,12 @@ connection and a corrupted object. The module is a thin wrapper (options -> mode
 run_model_store): most tests build the Request from the module's own argument_spec and call
 run_model_store directly; a few run the module itself through `ansible`.
 
-The store roots live under the cache directory, not /tmp: the module checks its root with the
-desired-state validator, which refuses a model store under /tmp (as preflight does).
+The client runs as an unprivileged user (here `nobody`; on a box model_store_download_user), so
+everything it must reach lives under TEST_BASE (/srv/gpubox-tests, world-traversable): its venv, the
+store roots, a TLS hub's CA file. Not /tmp: the module checks its root with the desired-state
+validator, which refuses a model store under /tmp or /root (as preflight does). Without systemd as
+PID 1 (a CI machine) the client runs as a plain child process under that user; the systemd sandbox
+is exercised by the molecule scenarios, which run real systemd.
 """
 
 from __future__ import annotations
@@ -40,6 +44,10 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "molecule/shared/hub"
 CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache/gpubox"))
+# Root's, 0755: the download user can reach what lies here (unlike ~/.cache under /root).
+TEST_BASE = Path(os.environ.get("GPUBOX_TEST_SRV", "/srv/gpubox-tests"))
+DOWNLOAD_USER = "nobody"
+SYSTEM_PYTHON = "/usr/bin/python3"
 
 # The client the store is tested with (see roles/model_store/README.md for why this one), plus what
 # make_tiny_model.py needs. The venv is created once and reused while this list is unchanged.
@@ -62,22 +70,37 @@ store = load(ROOT / "plugins/modules/model_store.py", "gpubox_model_store_module
 # What the module passes when a task sets nothing: the defaults of its argument_spec.
 DEFAULTS = {option: spec.get("default") for option, spec in store.ARGUMENT_SPEC.items()}
 # Options without a module default: the role passes its facts and knobs (one default, in the role).
-REQUIRED = {"revision": "master", "root": "/srv/models", "reserve_bytes": 0}
+REQUIRED = {"revision": "master", "root": "/srv/models", "reserve_bytes": 0, "download_user": DOWNLOAD_USER}
+
+
+def base_dir(*parts: str) -> Path:
+    """A directory under TEST_BASE, root's and 0755 all the way (created when absent)."""
+    path = TEST_BASE.joinpath(*parts)
+    path.mkdir(parents=True, exist_ok=True)
+    for p in [path, *path.parents]:
+        if p == Path("/"):
+            break
+        if p.stat().st_mode & 0o005 != 0o005:
+            os.chmod(p, p.stat().st_mode | 0o005)
+    return path
+
 
 
 # --------------------------------------------------------------------------------------------------
 # Fixtures: cached client venvs, generated models, hub processes
 # --------------------------------------------------------------------------------------------------
 def cached_venv(name: str, pins: list[str]) -> Path:
-    """A venv under ~/.cache/gpubox holding exactly pins; rebuilt only when the pin list changes."""
-    venv = CACHE / name
+    """A venv under TEST_BASE holding exactly pins; rebuilt only when the pin list changes."""
+    venv = base_dir("venvs") / name
     stamp = venv / ".gpubox-pins"
     wanted = "\n".join(pins) + "\n"
     if stamp.is_file() and stamp.read_text() == wanted and (venv / "bin/python").exists():
         return venv
     shutil.rmtree(venv, ignore_errors=True)
     started = time.monotonic()
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+    # The system's Python (Debian's python3 + python3-venv, installed by molecule/shared/host-setup.sh),
+    # not this interpreter: a pyenv build under /root is out of the download user's reach.
+    subprocess.run([SYSTEM_PYTHON, "-m", "venv", str(venv)], check=True)
     pip = subprocess.run(
         [str(venv / "bin/pip"), "install", "-q", "--disable-pip-version-check", *pins],
         capture_output=True,
@@ -154,7 +177,8 @@ def start_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
     hubs: list[Hub] = []
 
     def start(model_dir: Path, tls: bool = False) -> Hub:
-        work = tmp_path_factory.mktemp("hub")
+        work = Path(tempfile.mkdtemp(dir=base_dir("hubs")))  # a TLS hub's CA must be readable by the client
+        os.chmod(work, 0o755)
         cmd = [sys.executable, str(HUB / "server.py"), str(model_dir), "--model-id", MODEL_ID]
         cmd += ["--port", "0", "--port-file", str(work / "port"), "--log", str(work / "requests.jsonl")]
         ca = None
@@ -183,6 +207,7 @@ def start_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[...
     for hub in hubs:
         hub.proc.terminate()
         hub.proc.wait(timeout=10)
+        shutil.rmtree(hub.log.parent, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
@@ -206,9 +231,8 @@ def no_faults(request: pytest.FixtureRequest) -> Iterator[None]:
 @pytest.fixture
 def store_root() -> Iterator[Path]:
     """<work>/models, where <work> is a fresh directory under the cache (the validator refuses /tmp)."""
-    parent = CACHE / "modelstore-roots"
-    parent.mkdir(parents=True, exist_ok=True)
-    work = Path(tempfile.mkdtemp(dir=parent))
+    work = Path(tempfile.mkdtemp(dir=base_dir("roots")))
+    os.chmod(work, 0o755)
     _, error = state_checks.check("gpubox_model_root", str(work / "models"))
     assert error is None, f"the test store root must be valid; set GPUBOX_CACHE elsewhere: {error}"
     yield work / "models"
@@ -229,6 +253,7 @@ def params_for(hub: Hub, root: Path, venv: Path, **kw: Any) -> dict[str, Any]:
         "timeout": 300,
         "retries": 0,
         "ca_bundle": hub.ca_bundle,
+        "allow_http": hub.endpoint.startswith("http://"),
         "progress_file": str(root.parent / "progress.json"),
         **kw,
     }
@@ -341,31 +366,65 @@ def test_corrupted_download_is_never_published(
     assert next((root / ".staging").glob("Tiny-Instruct@*")).is_dir(), "staging is kept for the next run"
 
 
-def test_rehash_detects_a_file_corrupted_on_disk(hub_a: Hub, client_venv: Path, models, store_root: Path) -> None:
-    root = store_root
-    lib.run_model_store(request_for(hub_a, root, client_venv))
-    weights = root / "Tiny-Instruct" / "model.safetensors"
-    data = bytearray(weights.read_bytes())
+def rot(path: Path) -> None:
+    data = bytearray(path.read_bytes())
     data[len(data) // 3] ^= 0x01  # simulated bit rot: same size, other content
-    weights.write_bytes(bytes(data))
+    path.write_bytes(bytes(data))
 
-    quick = lib.run_model_store(request_for(hub_a, root, client_venv))
-    assert not quick.changed, "without rehash only sizes are checked (cheap idempotence)"
 
-    mark = hub_a.mark()
-    fixed = lib.run_model_store(request_for(hub_a, root, client_venv, rehash=True))
+@pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make the hub's test certificate")
+def test_rehash_detects_a_file_corrupted_on_disk(
+    start_hub: Callable[..., Hub], client_venv: Path, models, store_root: Path
+) -> None:
+    hub = start_hub(models["a"], tls=True)
+    root = store_root
+    lib.run_model_store(request_for(hub, root, client_venv))
+    rot(root / "Tiny-Instruct" / "model.safetensors")
+
+    quick = lib.run_model_store(request_for(hub, root, client_venv))
+    assert not quick.changed, "over https without rehash only sizes are checked (cheap idempotence)"
+
+    mark = hub.mark()
+    fixed = lib.run_model_store(request_for(hub, root, client_venv, rehash=True))
     assert fixed.changed and len(fixed.repaired) == 1 and "model.safetensors" in fixed.repaired[0]
-    assert [e["path"].split("FilePath=")[1] for e in hub_a.file_gets(mark)] == ["model.safetensors"]
+    assert [e["path"].split("FilePath=")[1] for e in hub.file_gets(mark)] == ["model.safetensors"]
     same_content(root / "Tiny-Instruct", models["a"])
-    assert not lib.run_model_store(request_for(hub_a, root, client_venv, rehash=True)).changed
+    assert not lib.run_model_store(request_for(hub, root, client_venv, rehash=True)).changed
+
+
+def test_http_endpoint_needs_the_switch_and_then_always_rehashes(
+    hub_a: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    root = store_root
+    with pytest.raises(lib.ModelStoreError, match="plain http.*model_store_allow_http: true"):
+        request_for(hub_a, root, client_venv, allow_http=False)
+    assert not root.exists(), "refused before anything was created"
+    lib.run_model_store(request_for(hub_a, root, client_venv))
+    rot(root / "Tiny-Instruct" / "config.json")
+    # rehash not asked for: over http the live model is re-hashed anyway, so the rot is found and repaired.
+    fixed = lib.run_model_store(request_for(hub_a, root, client_venv, rehash=False))
+    assert fixed.changed and [r.split(":")[0] for r in fixed.repaired] == ["config.json"]
+    same_content(root / "Tiny-Instruct", models["a"])
+
+
+@pytest.fixture
+def scratch() -> Iterator[Path]:
+    """A directory the download user can reach (wrapper clients) with a world-writable marker dir."""
+    work = Path(tempfile.mkdtemp(dir=base_dir("scratch")))
+    os.chmod(work, 0o755)
+    (work / "marks").mkdir(mode=0o1777)
+    os.chmod(work / "marks", 0o1777)
+    yield work
+    shutil.rmtree(work, ignore_errors=True)
 
 
 def test_verifier_refetches_a_file_the_client_accepted(
-    hub_a: Hub, client_venv: Path, models, tmp_path: Path, store_root: Path
+    hub_a: Hub, client_venv: Path, models, scratch: Path, store_root: Path
 ) -> None:
     # Simulated client defect (like modelscope#1114: a bad file left in place): a wrapper runs the
     # real CLI, then damages tokenizer.json once. The store's own sha256 check must catch it.
-    marker = tmp_path / "damaged-once"
+    tmp_path = scratch
+    marker = tmp_path / "marks/damaged-once"
     wrapper = tmp_path / "bin/modelscope"
     wrapper.parent.mkdir()
     (wrapper.parent / "python").symlink_to(client_venv / "bin/python")
@@ -469,6 +528,7 @@ def test_module_through_ansible_checks_and_refuses_like_preflight(
     hub_a: Hub, client_venv: Path, store_root: Path, tmp_path: Path
 ) -> None:
     task = {"model_id": MODEL_ID, "revision": "master", "reserve_bytes": 0, "endpoint": hub_a.endpoint}
+    task |= {"download_user": DOWNLOAD_USER, "allow_http": True}
     task["root"] = str(store_root)
     task["modelscope_bin"] = str(client_venv / "bin/modelscope")
     mark = hub_a.mark()

@@ -24,6 +24,9 @@ Fault injection, for tests (simulated network and storage faults):
     POST /_faults  {"corrupt": {"model.safetensors": true}}
         serves that file with one byte flipped (at the middle of the file) until cleared, while the
         listing keeps the true sha256.
+    POST /_faults  {"extra_files": {"after": 1, "files": {"../../x": "text", "/abs/y": "text"}}}
+        a hostile hub: every listing after the first `after` ones also names these files (with their
+        true size and sha256) and serves their text; the first listing(s) stay honest.
     POST /_faults  {}            clears every fault.      GET /_faults   shows the current ones.
 The same JSON may be written to the --faults-file; it is re-read whenever its mtime changes.
 
@@ -162,15 +165,26 @@ class Faults:
 
     drops: dict[str, dict[str, int]] = field(default_factory=dict)  # path -> {"bytes", "times"}
     corrupt: set[str] = field(default_factory=set)
+    extra: dict[str, bytes] = field(default_factory=dict)  # path -> content, listed after `extra_after`
+    extra_after: int = 0
+    listings: int = 0  # listings served since the faults were last set
     lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def parse_extra(spec: Any) -> tuple[dict[str, bytes], int]:
+        rule = spec.get("extra_files") or {}
+        after, files = rule.get("after", 1), rule.get("files", {})
+        if not isinstance(after, int) or after < 0 or not isinstance(files, dict):
+            raise ValueError(f"extra_files needs after >= 0 and a files mapping, got {rule!r}")
+        return {str(k): str(v).encode() for k, v in files.items()}, after
 
     @staticmethod
     def parse(spec: Any) -> tuple[dict[str, dict[str, int]], set[str]]:
         if not isinstance(spec, dict):
             raise ValueError("the fault spec must be a JSON object")
-        unknown = set(spec) - {"drop_after_bytes", "corrupt"}
+        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files"}
         if unknown:
-            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt")
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files")
         drops: dict[str, dict[str, int]] = {}
         for path, value in (spec.get("drop_after_bytes") or {}).items():
             rule = value if isinstance(value, dict) else {"bytes": value}
@@ -183,15 +197,28 @@ class Faults:
 
     def replace(self, spec: Any) -> None:
         drops, corrupt = self.parse(spec)
+        extra, after = self.parse_extra(spec)
         with self.lock:
             self.drops, self.corrupt = drops, corrupt
+            self.extra, self.extra_after, self.listings = extra, after, 0
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return {
                 "drop_after_bytes": {p: dict(r) for p, r in self.drops.items()},
                 "corrupt": {p: True for p in sorted(self.corrupt)},
+                "extra_files": {"after": self.extra_after, "files": {p: v.decode() for p, v in self.extra.items()}},
             }
+
+    def take_listing_extras(self) -> dict[str, bytes]:
+        """The hostile entries for this listing (none for the first `extra_after` listings)."""
+        with self.lock:
+            self.listings += 1
+            return dict(self.extra) if self.listings > self.extra_after else {}
+
+    def extra_content(self, path: str) -> bytes | None:
+        with self.lock:
+            return self.extra.get(path)
 
     def take_drop(self, path: str) -> int | None:
         """Byte count after which this response is cut, consuming one use of the rule."""
@@ -336,10 +363,34 @@ class HubHandler(BaseHTTPRequestHandler):
             branch = {"Revision": model.branch, "CommitId": model.commit, "CreatedAt": int(time.time())}
             return self._json(200, ok({"RevisionMap": {"Branches": [branch], "Tags": []}}), head)
         if kind == "/repo/files":
-            return self._json(200, ok({"Files": listing(model), "LatestCommitter": {}}), head)
+            files = listing(model)
+            for path, content in self.faults.take_listing_extras().items():  # simulated hostile hub
+                files.append(
+                    {
+                        "Name": path.rsplit("/", 1)[-1],
+                        "Path": path,
+                        "Type": "blob",
+                        "Size": len(content),
+                        "Sha256": hashlib.sha256(content).hexdigest(),
+                        "Revision": model.commit,
+                    }
+                )
+            return self._json(200, ok({"Files": files, "LatestCommitter": {}}), head)
         return self._send_file(query.get("FilePath", ""), head)
 
+    def _send_extra(self, content: bytes, head: bool) -> None:
+        self.send_response(HTTPStatus.OK)
+        self.send_header("Content-Type", "application/octet-stream")
+        self.send_header("Content-Length", str(len(content)))
+        self.end_headers()
+        if not head:
+            self.wfile.write(content)
+        self._log(200, 0 if head else len(content), "extra_files")
+
     def _send_file(self, file_path: str, head: bool) -> None:
+        extra = self.faults.extra_content(file_path)
+        if extra is not None:
+            return self._send_extra(extra, head)
         f = self.model.files.get(file_path)
         if f is None:
             return self._json(404, error(10010205001, f"file {file_path!r} not found"), head)
