@@ -1172,15 +1172,21 @@ def run_client(
 # --------------------------------------------------------------------------------------------------
 # The store: converge the live path to the listing
 # --------------------------------------------------------------------------------------------------
-def _ids(req: Request) -> tuple[int | None, int | None]:
+def _ids(req: Request) -> tuple[int, int]:
+    """Owner and group of published files: root's when not given, never left as the download user's."""
     import grp
     import pwd
 
     try:
-        uid = pwd.getpwnam(req.owner).pw_uid if req.owner else None
-        gid = grp.getgrnam(req.group).gr_gid if req.group else None
+        uid = pwd.getpwnam(req.owner).pw_uid if req.owner else 0
+        gid = grp.getgrnam(req.group).gr_gid if req.group else 0
     except KeyError as exc:
         raise ModelStoreError(f"owner {req.owner!r} or group {req.group!r} does not exist on this host") from exc
+    if req.owner and req.owner == req.download_user:
+        raise ModelStoreError(
+            f"owner {req.owner!r} is the download user: published files must not be writable by the client "
+            "(model_store_owner and model_store_download_user must differ)"
+        )
     return uid, gid
 
 

@@ -17,12 +17,14 @@ is exercised by the molecule scenarios, which run real systemd.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import json
 import os
 import re
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -83,7 +85,6 @@ def base_dir(*parts: str) -> Path:
         if p.stat().st_mode & 0o005 != 0o005:
             os.chmod(p, p.stat().st_mode | 0o005)
     return path
-
 
 
 # --------------------------------------------------------------------------------------------------
@@ -396,7 +397,7 @@ def test_http_endpoint_needs_the_switch_and_then_always_rehashes(
     hub_a: Hub, client_venv: Path, models, store_root: Path
 ) -> None:
     root = store_root
-    with pytest.raises(lib.ModelStoreError, match="plain http.*model_store_allow_http: true"):
+    with pytest.raises(lib.ModelStoreError, match=r"plain http.*model_store_allow_http: true"):
         request_for(hub_a, root, client_venv, allow_http=False)
     assert not root.exists(), "refused before anything was created"
     lib.run_model_store(request_for(hub_a, root, client_venv))
@@ -664,3 +665,244 @@ def test_options_fed_by_facts_or_role_knobs_have_no_second_default() -> None:
             assert "default" not in spec, option
         elif "default" in spec:
             assert spec["default"] == defaults[source], f"{option}: module {spec['default']!r} != {source}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Under faults: a hostile hub, a client that plants links, full disks, a client that hangs
+# --------------------------------------------------------------------------------------------------
+def test_hostile_second_listing_writes_nothing_outside_staging_and_nothing_unlisted_is_published(
+    hub_a: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    # The probe of the issue: the store checks the listing it fetched, the client fetches its own and
+    # writes what that one names. Every listing after the store's names escapes: relative ones out of
+    # staging and out of the root, and an absolute one into a directory of root's.
+    root = store_root
+    outside = root.parent / "outside"
+    outside.mkdir()
+    targets = {
+        "../../escape-1.txt": root / "escape-1.txt",
+        "../../../escape-2.txt": root.parent / "escape-2.txt",
+        "../../../../escape-3.txt": root.parent.parent / "escape-3.txt",
+        str(outside / "escape-abs.txt"): outside / "escape-abs.txt",
+    }
+    hub_a.faults({"extra_files": {"after": 1, "files": dict.fromkeys(targets, "written by a hostile hub\n")}})
+    with pytest.raises(lib.ModelStoreError) as failed:
+        lib.run_model_store(request_for(hub_a, root, client_venv, retries=0))
+    for path in targets.values():
+        assert not path.exists(), f"{path} was written outside the staging directory"
+    assert [e for e in hub_a.entries() if e.get("fault") == "extra_files"], "the client did fetch the extra files"
+    # The download user could not write there, so the client failed: nothing was published.
+    assert "was not published" in str(failed.value) and not (root / "Tiny-Instruct").exists()
+    assert not list((root / ".versions").iterdir())
+
+
+def test_files_a_hostile_listing_adds_inside_staging_are_refused_not_published(
+    hub_a: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    root = store_root
+    hub_a.faults({"extra_files": {"after": 1, "files": {"extra/run-me.sh": "#!/bin/sh\n", "notes.txt": "x"}}})
+    result = lib.run_model_store(request_for(hub_a, root, client_venv))
+    assert result.refused_files == ["extra/run-me.sh", "notes.txt"]
+    assert result.sandbox == "user"
+    same_content(root / "Tiny-Instruct", models["a"])  # exactly the verified listing
+    assert {p.stat().st_uid for p in (root / "Tiny-Instruct").resolve().rglob("*")} == {0}, "root's, not the client's"
+
+
+def test_a_planted_symlink_is_never_followed_nor_published(
+    hub_a: Hub, client_venv: Path, models, scratch: Path, store_root: Path
+) -> None:
+    # Simulated compromised client: after the real download it replaces config.json by a symlink to a
+    # root-owned file of the same content (so size and sha256 would pass if the link were followed),
+    # and tokenizer.json's directory entry by a link to a root directory. Once.
+    decoy = scratch / "decoy-config.json"
+    shutil.copy(models["a"] / "config.json", decoy)
+    marker = scratch / "marks/planted"
+    wrapper = scratch / "bin/modelscope"
+    wrapper.parent.mkdir()
+    wrapper.write_text(
+        "#!/bin/sh\n"
+        f'"{client_venv}/bin/modelscope" "$@" || exit $?\n'
+        'staged="$(echo "$@" | sed "s/.*--local_dir //")"\n'
+        f'if [ ! -e "{marker}" ]; then touch "{marker}"; rm -f "$staged/config.json"; '
+        f'ln -s "{decoy}" "$staged/config.json"; fi\n'
+    )
+    wrapper.chmod(0o755)
+    root = store_root
+    result = lib.run_model_store(request_for(hub_a, root, client_venv, modelscope_bin=str(wrapper), retries=1))
+    assert marker.exists() and result.attempts == 2, "the link was refused and the file fetched again"
+    published = root / "Tiny-Instruct" / "config.json"
+    assert not published.is_symlink() and published.lstat().st_uid == 0
+    assert decoy.is_file() and decoy.read_bytes() == (models["a"] / "config.json").read_bytes(), "decoy untouched"
+    same_content(root / "Tiny-Instruct", models["a"])
+
+
+@pytest.mark.parametrize("where", ["manifest", "progress"])
+def test_a_full_disk_is_a_clear_failure_or_harmless(
+    hub_a: Hub, client_venv: Path, store_root: Path, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    # Simulated ENOSPC (an injected OSError, as a full disk raises it) while writing the manifest (the
+    # run must fail naming the path and the fix, the progress file must say failed) or the progress
+    # file (not fatal: the download goes on and publishes).
+    root = store_root
+    progress_file = root.parent / "progress.json"
+    real = lib.write_file_atomic
+
+    def full(path: Path, text: str, mode: int = lib.FILE_MODE) -> None:
+        if (where == "manifest" and path.name == lib.MANIFEST_NAME) or (
+            where == "progress" and path == progress_file and '"state": "running"' in text
+        ):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+        real(path, text, mode)
+
+    monkeypatch.setattr(lib, "write_file_atomic", full)
+    req = request_for(hub_a, root, client_venv)
+    if where == "progress":
+        assert lib.run_model_store(req).changed
+        assert json.loads(progress_file.read_text())["state"] == "done"
+        return
+    with pytest.raises(lib.ModelStoreError) as failed:
+        lib.run_model_store(req)
+    message = str(failed.value)
+    assert "ENOSPC" in message and lib.MANIFEST_NAME in message and "free space" in message, message
+    state = json.loads(progress_file.read_text())
+    assert state["state"] == "failed" and "ENOSPC" in state["message"]
+    assert not (root / "Tiny-Instruct").exists(), "nothing published"
+    assert not list((root / ".versions").iterdir())
+    assert not list(root.rglob(".*.tmp-*")), "no half-written file left"
+
+
+def client_pids(marker_dir: Path) -> list[int]:
+    return [int(p.read_text()) for p in marker_dir.glob("pid-*")]
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+
+
+@pytest.mark.parametrize("how", ["deadline", "error"])
+def test_no_client_process_outlives_the_run(
+    hub_a: Hub, scratch: Path, store_root: Path, monkeypatch: pytest.MonkeyPatch, how: str
+) -> None:
+    # A client that hangs (and starts a child that hangs too): the run ends at its deadline, or on an
+    # error raised while the client runs (ENOSPC updating progress), and takes both processes with it.
+    marks = scratch / "marks"
+    wrapper = scratch / "bin/modelscope"
+    wrapper.parent.mkdir()
+    wrapper.write_text(f"#!/bin/sh\nsleep 600 & echo $! > {marks}/pid-child\necho $$ > {marks}/pid-client\nwait\n")
+    wrapper.chmod(0o755)
+    (scratch / "bin/python").symlink_to(SYSTEM_PYTHON)
+    if how == "error":
+        real = lib.staging_progress
+
+        def failing(staging: Path, files: Any) -> tuple[int, int]:
+            if len(client_pids(marks)) == 2:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging))
+            return real(staging, files)
+
+        monkeypatch.setattr(lib, "staging_progress", failing)
+    req = request_for(hub_a, store_root, Path("/nonexistent"), modelscope_bin=str(wrapper), timeout=4)
+    started = time.monotonic()
+    with pytest.raises(lib.ModelStoreError, match="did not finish within timeout" if how == "deadline" else "ENOSPC"):
+        lib.run_model_store(req)
+    assert time.monotonic() - started < 30
+    pids = client_pids(marks)
+    assert len(pids) == 2
+    for pid in pids:
+        for _ in range(50):
+            if not alive(pid):
+                break
+            time.sleep(0.1)
+        assert not alive(pid), f"client process {pid} outlived the run"
+
+
+@pytest.mark.parametrize(("owner", "mode"), [(65534, 0o755), (0, 0o777), (0, 0o1777), (0, 0o775)])
+def test_an_existing_root_not_roots_alone_is_refused_and_left_as_it_was(
+    hub_a: Hub, client_venv: Path, store_root: Path, owner: int, mode: int
+) -> None:
+    store_root.mkdir()
+    os.chown(store_root, owner, -1)
+    os.chmod(store_root, mode)
+    with pytest.raises(lib.ModelStoreError) as refused:
+        lib.run_model_store(request_for(hub_a, store_root, client_venv))
+    expected = state_checks.store_root_problem("gpubox_model_root", str(store_root), owner, mode, True)
+    assert expected and str(refused.value) == expected
+    st = store_root.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (owner, mode), "never chmod/chown a directory it did not create"
+    assert list(store_root.iterdir()) == []
+
+
+def test_a_new_root_is_created_roots_and_0755(hub_a: Hub, client_venv: Path, store_root: Path) -> None:
+    lib.run_model_store(request_for(hub_a, store_root, client_venv))
+    st = store_root.stat()
+    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o755)
+    staging = (store_root / ".staging").stat()
+    assert (staging.st_uid, stat.S_IMODE(staging.st_mode)) == (0, 0o711)
+    left = [p.name for p in (store_root / ".staging").iterdir()]
+    assert left == ["Tiny-Instruct.lock"], "staging emptied after the publish (the run lock stays)"
+
+
+@pytest.mark.parametrize("root", ["/tmp", "/root", "/dev/shm", "/root/models", "/dev/shm/models", "/var/tmp/m", "/"])
+def test_system_directories_are_refused_as_roots(root: str) -> None:
+    _, error = state_checks.check("gpubox_model_root", root)
+    assert error and error.startswith("gpubox_model_root is ")
+    good = {**DEFAULTS, **REQUIRED, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
+    with pytest.raises(lib.ModelStoreError, match="root: gpubox_model_root is "):
+        lib.Request(**{**good, "root": root})
+
+
+@pytest.mark.parametrize("user", ["root", "", "Bad User", None])
+def test_the_client_never_runs_as_root(user: Any) -> None:
+    good = {**DEFAULTS, **REQUIRED, "model_id": MODEL_ID, "modelscope_bin": "/opt/gpubox/venv/bin/modelscope"}
+    with pytest.raises(lib.ModelStoreError, match="download_user"):
+        lib.Request(**{**good, "download_user": user})
+
+
+def test_os_errors_name_the_path_and_the_fix() -> None:
+    for code, words in ((errno.ENOSPC, "free space"), (errno.EROFS, "read-only"), (errno.EACCES, "ownership")):
+        err = lib.os_error(OSError(code, os.strerror(code), "/data/models/x"), "publishing")
+        assert "/data/models/x" in str(err) and words in str(err) and errno.errorcode[code] in str(err)
+
+
+def test_a_run_stopped_while_publishing_resumes_without_fetching_again(
+    hub_a: Hub, client_venv: Path, models, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Crash between assemble (files moved out of staging) and the rename into .versions.
+    root = store_root
+
+    def crash(*_args: Any, **_kwargs: Any) -> None:
+        raise lib.Stopped("simulated crash during the publish")
+
+    monkeypatch.setattr(lib, "publish", crash)
+    with pytest.raises(lib.Stopped):
+        lib.run_model_store(request_for(hub_a, root, client_venv))
+    assert list((root / ".staging").glob(".publish-Tiny-Instruct@*"))
+    monkeypatch.undo()
+    mark = hub_a.mark()
+    result = lib.run_model_store(request_for(hub_a, root, client_venv))
+    assert result.changed and hub_a.file_gets(mark) == [], "the verified files were reused"
+    same_content(root / "Tiny-Instruct", models["a"])
+    assert [p.name for p in (root / ".staging").iterdir()] == ["Tiny-Instruct.lock"]
+
+
+def test_progress_poll_ends_however_the_job_ends() -> None:
+    progress_module = load(ROOT / "plugins/modules/model_store_progress.py", "gpubox_model_store_progress")
+    me = {"state": "running", "message": "downloading", "pid": os.getpid(), "pid_start": lib.process_start(os.getpid())}
+    job_running = {"started": 1, "finished": 0, "ansible_job_id": "j1"}
+    assert progress_module.job_state(me, job_running) == ("running", "downloading")
+    assert progress_module.job_state(None, job_running)[0] == "running"
+    assert progress_module.job_state({**me, "state": "failed", "message": "failed: ENOSPC"}, job_running) == (
+        "failed",
+        "failed: ENOSPC",
+    )
+    assert progress_module.job_state(me, {"changed": True, "msg": "published"})[0] == "ended"
+    assert progress_module.job_state(me, {"finished": 1})[0] == "ended"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    gone = {**me, "pid": dead.pid, "pid_start": "1"}
+    assert progress_module.job_state(gone, job_running)[0] == "gone"
+    reused = {**me, "pid_start": str(int(me["pid_start"]) + 1)}  # same pid, another process
+    assert progress_module.job_state(reused, job_running)[0] == "gone"

@@ -92,6 +92,7 @@ def healthy_host(group: str, gpu: dict | None = None) -> dict:
         "disk_free_bytes": 500 * GIB,
         "disk_mount": "/data",
         "model_bytes_present": 0,
+        "model_root_stat": "0 755 directory",
         "secure_boot": False,
     }
 
@@ -268,6 +269,11 @@ BAD_CASES: list[tuple[str, str, Mutation, str]] = [
     ("ram-factor-abc", "gpu_2x3090", _cfg(preflight_ram_factor="abc"), "preflight_ram_factor"),
     ("disk-too-small", "gpu_2x3090", _host(disk_free_bytes=20 * GIB), "gpubox_model_root"),
     ("disk-unknown", "gpu_2x3090", _host(disk_free_bytes=None), "gpubox_model_root"),
+    ("root-not-roots", "gpu_2x3090", _host(model_root_stat="1000 755 directory"), "gpubox_model_root"),
+    ("root-world-writable", "gpu_2x3090", _host(model_root_stat="0 1777 directory"), "gpubox_model_root"),
+    ("root-group-writable", "gpu_2x3090", _host(model_root_stat="0 775 directory"), "gpubox_model_root"),
+    ("root-a-file", "gpu_2x3090", _host(model_root_stat="0 644 regular file"), "gpubox_model_root"),
+    ("root-stat-garbage", "gpu_2x3090", _host(model_root_stat="?? x"), "gpubox_model_root"),
     (
         "disk-headroom-negative",
         "gpu_2x3090",
