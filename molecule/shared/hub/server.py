@@ -27,6 +27,9 @@ Fault injection, for tests (simulated network and storage faults):
     POST /_faults  {"extra_files": {"after": 1, "files": {"../../x": "text", "/abs/y": "text"}}}
         a hostile hub: every listing after the first `after` ones also names these files (with their
         true size and sha256) and serves their text; the first listing(s) stay honest.
+    POST /_faults  {"throttle": {"model.safetensors": 500000}}
+        serves that file at about 500000 bytes per second (a slow link: downloads last long enough
+        to be interrupted on purpose).
     POST /_faults  {}            clears every fault.      GET /_faults   shows the current ones.
 The same JSON may be written to the --faults-file; it is re-read whenever its mtime changes.
 
@@ -167,6 +170,7 @@ class Faults:
     corrupt: set[str] = field(default_factory=set)
     extra: dict[str, bytes] = field(default_factory=dict)  # path -> content, listed after `extra_after`
     extra_after: int = 0
+    throttle: dict[str, int] = field(default_factory=dict)  # path -> bytes per second
     listings: int = 0  # listings served since the faults were last set
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -182,9 +186,11 @@ class Faults:
     def parse(spec: Any) -> tuple[dict[str, dict[str, int]], set[str]]:
         if not isinstance(spec, dict):
             raise ValueError("the fault spec must be a JSON object")
-        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files"}
+        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files", "throttle"}
         if unknown:
-            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files")
+            raise ValueError(
+                f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files, throttle"
+            )
         drops: dict[str, dict[str, int]] = {}
         for path, value in (spec.get("drop_after_bytes") or {}).items():
             rule = value if isinstance(value, dict) else {"bytes": value}
@@ -198,8 +204,11 @@ class Faults:
     def replace(self, spec: Any) -> None:
         drops, corrupt = self.parse(spec)
         extra, after = self.parse_extra(spec)
+        throttle = spec.get("throttle") or {}
+        if not all(isinstance(v, int) and v > 0 for v in throttle.values()):
+            raise ValueError(f"throttle needs positive bytes per second, got {throttle!r}")
         with self.lock:
-            self.drops, self.corrupt = drops, corrupt
+            self.drops, self.corrupt, self.throttle = drops, corrupt, dict(throttle)
             self.extra, self.extra_after, self.listings = extra, after, 0
 
     def snapshot(self) -> dict[str, Any]:
@@ -207,6 +216,7 @@ class Faults:
             return {
                 "drop_after_bytes": {p: dict(r) for p, r in self.drops.items()},
                 "corrupt": {p: True for p in sorted(self.corrupt)},
+                "throttle": dict(self.throttle),
                 "extra_files": {"after": self.extra_after, "files": {p: v.decode() for p, v in self.extra.items()}},
             }
 
@@ -230,6 +240,10 @@ class Faults:
             if rule["times"] <= 0:
                 del self.drops[path]
             return rule["bytes"]
+
+    def rate(self, path: str) -> int | None:
+        with self.lock:
+            return self.throttle.get(path)
 
     def is_corrupt(self, path: str) -> bool:
         with self.lock:
@@ -421,10 +435,14 @@ class HubHandler(BaseHTTPRequestHandler):
             fault = (fault + "," if fault else "") + f"corrupt@{flip}"
         sent = 0
         budget = length if cut is None else min(cut, length)
+        rate = self.faults.rate(file_path)
+        began = time.monotonic()
         with f.disk.open("rb") as fh:
             fh.seek(start)
             while sent < budget:
-                block = bytearray(fh.read(min(BLOCK, budget - sent)))
+                if rate:  # simulated slow link
+                    time.sleep(max(0.0, sent / rate - (time.monotonic() - began)))
+                block = bytearray(fh.read(min(BLOCK if not rate else max(1, rate // 20), budget - sent)))
                 if not block:
                     break
                 pos = start + sent

@@ -1,0 +1,230 @@
+#!/usr/bin/env python3
+"""TEST ONLY, runs inside the box: wait for a point of a converge, then strike (stdlib only).
+
+    watcher.py --point NAME --when COND [--when COND ...] [--after S] --action kill|freeze --record F
+    watcher.py --point NAME --strike --action kill|freeze --record F   strike now (the controller saw the point)
+    watcher.py --check MODEL_ROOT        invariants that must hold after any crash (JSON on stdout)
+
+Conditions (all must hold at once):
+    proc:REGEX              a process whose command line (NULs as spaces) matches REGEX
+    young:REGEX:MIN:MAX     such a process that has run between MIN and MAX seconds (a fresh start)
+    file:GLOB:MIN           a file matching the recursive GLOB with at least MIN bytes
+    staged:GLOB:SOURCE      a staging directory matching GLOB holds every file of SOURCE at its full
+                            size (the download is complete) while the live link is not on it yet
+--after S: the conditions must have held for S seconds (a process well into its work).
+
+Actions:
+    kill    SIGKILL every process of ansible's on the box: what runs under an sshd session (the
+            module and its children: dpkg, pip, ...) and ansible's async jobs (async_wrapper and
+            AnsiballZ processes, detached from the session). An SSH session lost mid-task.
+            What systemd runs (units, the model client's transient unit) is left alone.
+    freeze  SIGSTOP every process but PID 1 and this one: the box stops at the point, and the
+            controller then restarts the container (a power cut: nothing runs after the point).
+The record (JSON: point, time, matched, struck pids) is written with fsync before the action's
+effect can matter, so it survives the power cut.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import glob
+import hashlib
+import json
+import os
+import re
+import signal
+import sys
+import time
+from pathlib import Path
+
+SELF = os.getpid()
+
+
+def processes() -> dict[int, tuple[int, str]]:
+    """pid -> (ppid, command line) for every process but this one."""
+    found = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == SELF:
+            continue
+        try:
+            cmd = Path(f"/proc/{entry}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat.rsplit(")", 1)[1].split()[1])
+        found[int(entry)] = (ppid, cmd)
+    return found
+
+
+def age(pid: int) -> float:
+    """Seconds since pid started (field 22 of /proc/PID/stat, in clock ticks since boot)."""
+    try:
+        start = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return -1.0
+    return uptime - start / os.sysconf("SC_CLK_TCK")
+
+
+def descendants(roots: set[int], procs: dict[int, tuple[int, str]]) -> set[int]:
+    out = set(roots)
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, _cmd) in procs.items():
+            if ppid in out and pid not in out:
+                out.add(pid)
+                grew = True
+    return out
+
+
+def ansible_pids(procs: dict[int, tuple[int, str]]) -> set[int]:
+    sessions = {pid for pid, (_pp, cmd) in procs.items() if re.match(r"sshd: \S+@notty", cmd)}
+    jobs = {pid for pid, (_pp, cmd) in procs.items() if "async_wrapper" in cmd or "AnsiballZ_" in cmd}
+    return (descendants(sessions, procs) - sessions) | descendants(jobs, procs)
+
+
+def holds(cond: str, procs: dict[int, tuple[int, str]]) -> str | None:
+    """What matched, or None."""
+    kind, _, arg = cond.partition(":")
+    if kind == "proc":
+        rx = re.compile(arg)
+        return next((f"{pid} {cmd[:200]}" for pid, (_pp, cmd) in procs.items() if rx.search(cmd)), None)
+    if kind == "young":
+        rx_text, low, high = arg.rsplit(":", 2)
+        rx = re.compile(rx_text)
+        for pid, (_pp, cmd) in procs.items():
+            if rx.search(cmd) and float(low) <= age(pid) <= float(high):
+                return f"{pid} ({age(pid):.1f} s) {cmd[:200]}"
+        return None
+    if kind == "file":
+        pattern, _, least = arg.rpartition(":")
+        for path in glob.glob(pattern, recursive=True, include_hidden=True):
+            try:
+                if os.path.getsize(path) >= int(least):
+                    return path
+            except OSError:
+                continue
+        return None
+    if kind == "staged":
+        pattern, _, source = arg.rpartition(":")
+        wanted = {
+            p.relative_to(source).as_posix(): p.stat().st_size
+            for p in Path(source).rglob("*")
+            if p.is_file() and not any(part.startswith(".") for part in p.relative_to(source).parts)
+        }
+        for staging in glob.glob(pattern):
+            try:
+                if all(os.path.getsize(os.path.join(staging, rel)) == size for rel, size in wanted.items()):
+                    return staging
+            except OSError:
+                continue
+        return None
+    raise SystemExit(f"watcher: unknown condition {cond!r}")
+
+
+def write_record(path: Path, record: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with open(tmp, "w", encoding="utf-8") as fh:
+        json.dump(record, fh)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, path)
+    fd = os.open(path.parent, os.O_RDONLY)
+    os.fsync(fd)
+    os.close(fd)
+
+
+def strike(action: str, procs: dict[int, tuple[int, str]]) -> list[int]:
+    if action == "kill":
+        targets = ansible_pids(procs)
+        sig = signal.SIGKILL
+    else:
+        targets = {pid for pid in procs if pid != 1}
+        sig = signal.SIGSTOP
+    for pid in sorted(targets):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
+    return sorted(targets)
+
+
+def watch(args: argparse.Namespace) -> int:
+    record = Path(args.record)
+    started, since = time.monotonic(), None
+    interval = 0.005 if any(c.startswith("staged:") for c in args.when) else 0.02
+    while time.monotonic() - started < args.timeout:
+        procs = processes()
+        matched = [holds(c, procs) for c in args.when]
+        if all(matched):
+            since = since or time.monotonic()
+            if time.monotonic() - since >= args.after:
+                rec = {"point": args.point, "time": time.time(), "matched": matched, "action": args.action}
+                if args.action == "kill":
+                    rec["struck"] = strike("kill", procs)
+                    write_record(record, rec)
+                else:
+                    write_record(record, rec)  # first: after the freeze nothing may run
+                    strike("freeze", procs)
+                return 0
+        else:
+            since = None
+        time.sleep(interval)
+    return 1
+
+
+def check(root: str) -> int:
+    """Invariants after a crash: the live path is absent or a complete model matching its manifest,
+    and no half-published version is live."""
+    out: dict = {"root": root, "live": None, "problems": []}
+    live = Path(root) / "tiny-qwen2"
+    if live.is_symlink():
+        target = live.resolve()
+        out["live"] = str(target)
+        if "/.versions/" not in str(target):
+            out["problems"].append(f"live link points outside .versions: {target}")
+        try:
+            manifest = json.loads((target / ".gpubox-manifest.json").read_text())
+            for f in manifest["files"]:
+                digest = hashlib.sha256((target / f["path"]).read_bytes()).hexdigest()
+                if digest != f["sha256"]:
+                    out["problems"].append(f"{f['path']}: sha256 differs from the manifest")
+        except (OSError, ValueError, KeyError) as exc:
+            out["problems"].append(f"live model unreadable or without manifest: {exc}")
+    elif live.exists():
+        out["problems"].append(f"{live} is not the store's symlink")
+    print(json.dumps(out))
+    return 0
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--point")
+    ap.add_argument("--when", action="append", default=[])
+    ap.add_argument("--after", type=float, default=0.0)
+    ap.add_argument("--action", choices=["kill", "freeze"])
+    ap.add_argument("--record")
+    ap.add_argument("--timeout", type=float, default=3600)
+    ap.add_argument("--check")
+    ap.add_argument("--strike", action="store_true")
+    args = ap.parse_args()
+    if args.check:
+        return check(args.check)
+    if args.strike and args.point and args.action and args.record:
+        procs = processes()
+        rec = {"point": args.point, "time": time.time(), "matched": ["controller"], "action": args.action}
+        if args.action == "kill":
+            rec["struck"] = strike("kill", procs)
+            write_record(Path(args.record), rec)
+        else:
+            write_record(Path(args.record), rec)
+            strike("freeze", procs)
+        return 0
+    if not (args.point and args.when and args.action and args.record):
+        ap.error("--point, --when, --action and --record are needed")
+    return watch(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
