@@ -49,7 +49,7 @@ class Point:
 
 
 STAGED = f"{MODEL_ROOT}/.staging/tiny-qwen2@*"
-DPKG = r"proc:dpkg .*(--unpack|--configure).*"
+DPKG = "log:/var/log/dpkg.log:status half-installed "
 PIP = r"proc:-m pip install .*requirements"
 VLLM = r"vllm\.entrypoints\.openai\.api_server"
 POINTS = [

@@ -7,6 +7,10 @@
 
 Conditions (all must hold at once):
     proc:REGEX              a process whose command line (NULs as spaces) matches REGEX
+    log:PATH:REGEX          a line appended to PATH since the watcher started matches REGEX (e.g.
+                            dpkg's "status half-installed nvidia-..." in /var/log/dpkg.log: dpkg is
+                            unpacking it; reading a log never blocks the way /proc/PID/cmdline can
+                            while the disk is busy)
     young:REGEX:MIN:MAX     such a process that has run between MIN and MAX seconds (a fresh start)
     file:GLOB:MIN           a file matching the recursive GLOB with at least MIN bytes
     staged:GLOB:SOURCE      a staging directory matching GLOB holds every file of SOURCE at its full
@@ -85,9 +89,27 @@ def ansible_pids(procs: dict[int, tuple[int, str]]) -> set[int]:
     return (descendants(sessions, procs) - sessions) | descendants(jobs, procs)
 
 
+LOG_START: dict[str, int] = {}
+
+
+def log_match(path: str, rx: str) -> str | None:
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(LOG_START.setdefault(path, os.path.getsize(path)))
+            for line in fh.read().decode(errors="replace").splitlines():
+                if re.search(rx, line):
+                    return line
+    except OSError:
+        LOG_START.setdefault(path, 0)
+    return None
+
+
 def holds(cond: str, procs: dict[int, tuple[int, str]]) -> str | None:
     """What matched, or None."""
     kind, _, arg = cond.partition(":")
+    if kind == "log":
+        path, _, rx = arg.partition(":")
+        return log_match(path, rx)
     if kind == "proc":
         rx = re.compile(arg)
         return next((f"{pid} {cmd[:200]}" for pid, (_pp, cmd) in procs.items() if rx.search(cmd)), None)
@@ -152,6 +174,9 @@ def strike(action: str, procs: dict[int, tuple[int, str]]) -> list[int]:
 
 def watch(args: argparse.Namespace) -> int:
     record = Path(args.record)
+    for cond in args.when:  # lines from now on only
+        if cond.startswith("log:"):
+            log_match(cond[4:].partition(":")[0], r"(?!)")
     started, since = time.monotonic(), None
     interval = 0.005 if any(c.startswith("staged:") for c in args.when) else 0.02
     while time.monotonic() - started < args.timeout:
