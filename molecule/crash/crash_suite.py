@@ -99,8 +99,16 @@ def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.C
     return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
 
 
-def box_exec(box: str, *argv: str, check: bool = True) -> subprocess.CompletedProcess:
-    return podman("exec", box, *argv, check=check)
+def box_exec(box: str, *argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    return podman("exec", box, *argv, check=check, timeout=timeout)
+
+
+def recorded(box: str, record: str) -> bool:
+    """Whether the watcher wrote its record (a probe that hangs counts as not yet)."""
+    try:
+        return box_exec(box, "test", "-e", record, check=False, timeout=15).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
 
 
 def wait_booted(box: str, timeout: float = 180) -> None:
@@ -154,7 +162,7 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
         if tasks and seen is not None and not fired and time.monotonic() - seen >= point.after:
             strike = ["python3", f"{BOX_DIR}/watcher.py", "--point", point.name, "--strike"]
             box_exec(box, *strike, "--action", point.action, "--record", record)
-        if not fired and box_exec(box, "test", "-e", record, check=False).returncode == 0:
+        if not fired and recorded(box, record):
             fired = True
             if point.action == "freeze":
                 podman("restart", "-t", "0", box, timeout=300)  # the power cut
@@ -162,7 +170,7 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
         time.sleep(0.3)
     res.playbook_rc = proc.returncode
     if not fired:
-        fired = box_exec(box, "test", "-e", record, check=False).returncode == 0
+        fired = recorded(box, record)
     res.struck = fired
     res.seconds = round(time.monotonic() - started, 1)
     if not fired:

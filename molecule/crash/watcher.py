@@ -22,8 +22,10 @@ Actions:
             module and its children: dpkg, pip, ...) and ansible's async jobs (async_wrapper and
             AnsiballZ processes, detached from the session). An SSH session lost mid-task.
             What systemd runs (units, the model client's transient unit) is left alone.
-    freeze  SIGSTOP every process but PID 1 and this one: the box stops at the point, and the
-            controller then restarts the container (a power cut: nothing runs after the point).
+    freeze  SIGSTOP the work: ansible's processes as above, the engine and the model client (and what
+            they started); then the controller restarts the container (a power cut: nothing of the
+            converge runs after the point). Daemons of the box and the controller's own `podman exec`
+            probes keep running for the moment until the restart.
 The record (JSON: point, time, matched, struck pids) is written with fsync before the action's
 effect can matter, so it survives the power cut.
 """
@@ -43,6 +45,8 @@ import time
 from pathlib import Path
 
 SELF = os.getpid()
+# What a power cut must stop besides ansible's processes: the engine and the model client.
+FROZEN = r"vllm\.entrypoints|modelscope|gpubox-model-fetch"
 
 
 def processes() -> dict[int, tuple[int, str]]:
@@ -164,7 +168,8 @@ def strike(action: str, procs: dict[int, tuple[int, str]]) -> list[int]:
         targets = ansible_pids(procs)
         sig = signal.SIGKILL
     else:
-        targets = {pid for pid in procs if pid != 1}
+        work = {pid for pid, (_pp, cmd) in procs.items() if re.search(FROZEN, cmd)}
+        targets = ansible_pids(procs) | descendants(work, procs)
         sig = signal.SIGSTOP
     for pid in sorted(targets):
         with contextlib.suppress(ProcessLookupError, PermissionError):
