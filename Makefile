@@ -12,7 +12,7 @@ export PY_COLORS := 0
 SCENARIOS ?= default topology_4x4090 refusals serving python_env_conda
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean
+.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean promtool
 
 help:
 	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock | clean"
@@ -42,7 +42,19 @@ lint: venv
 	ansible-lint
 	tools/sanity.sh
 
-unit: venv
+# promtool from Debian's `prometheus` package, unpacked into the cache (no Prometheus server installed or
+# started): tests/unit/test_prometheus.py checks the scrape config and alert rules with it.
+PROMTOOL_DIR := $(CACHE)/promtool
+export GPUBOX_PROMTOOL := $(PROMTOOL_DIR)/usr/bin/promtool
+promtool: $(GPUBOX_PROMTOOL)
+$(GPUBOX_PROMTOOL):
+	rm -rf $(PROMTOOL_DIR).tmp && mkdir -p $(PROMTOOL_DIR).tmp
+	cd $(PROMTOOL_DIR).tmp && { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(PROMTOOL_DIR).tmp/prometheus_*.deb $(PROMTOOL_DIR).tmp/root
+	rm -rf $(PROMTOOL_DIR) && mv $(PROMTOOL_DIR).tmp/root $(PROMTOOL_DIR) && rm -rf $(PROMTOOL_DIR).tmp
+	$(GPUBOX_PROMTOOL) --version | head -1
+
+unit: venv promtool
 	pytest -q tests/unit
 
 # The production command lines of both topologies, parsed by vLLM 0.7.3's own argument parser
