@@ -36,11 +36,13 @@ lock: ## re-resolve the tooling pins from pyproject.toml into requirements-dev.l
 # ansible-test sanity runs on a copy of the collection's plugins (tools/sanity.sh): locally, no docker.
 # Skipped for the environment only: compile/import on Pythons other than the venv's (Debian 12 ships
 # 3.11 alone); the box's 3.10 is checked with vermin instead (syntax and standard library).
+# tools/secrets_scan.py: detect-secrets over every tracked file against the audited .secrets.baseline.
 lint: venv
 	ruff check . && ruff format --check .
 	yamllint -s .
 	ansible-lint
 	tools/sanity.sh
+	$(PY) tools/secrets_scan.py
 
 # promtool from Debian's `prometheus` package, unpacked into the cache (no Prometheus server installed or
 # started): tests/unit/test_prometheus.py checks the scrape config and alert rules with it.
