@@ -36,6 +36,8 @@ options:
     description: Mode of the file.
     type: raw
     default: "0644"
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 attributes:
   check_mode:
     support: full
