@@ -80,7 +80,7 @@ import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import box_metrics  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import node_textfile  # noqa: E402
 
 
 def main() -> None:
@@ -104,9 +104,9 @@ def main() -> None:
     if not os.path.isdir(directory):
         module.fail_json(msg=f"the directory of dest {dest} does not exist; create {directory} first")
     try:
-        metrics = box_metrics.collect(params["local_facts"], params["planned_gpu_blocks"], params["vllm_metrics"])
-        text = box_metrics.render(metrics)
-    except box_metrics.MetricsError as exc:
+        metrics = node_textfile.collect(params["local_facts"], params["planned_gpu_blocks"], params["vllm_metrics"])
+        text = node_textfile.render(metrics)
+    except node_textfile.MetricsError as exc:
         module.fail_json(msg=str(exc))
     names = sorted({m.name for m in metrics})
     if module.check_mode:
@@ -117,7 +117,7 @@ def main() -> None:
             changed = True
     else:
         try:
-            changed = box_metrics.write_textfile(dest, text, mode)
+            changed = node_textfile.write_textfile(dest, text, mode)
         except OSError as exc:
             module.fail_json(msg=f"cannot write {dest}: {exc}")
     module.exit_json(changed=changed, dest=dest, names=names, text=text)
