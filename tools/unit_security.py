@@ -30,6 +30,15 @@ UNITS: dict[str, tuple[tuple[str, ...], str]] = {
     "vllm.service": (("gpubox", "vllm_service"), "roles/vllm_service/templates/vllm.service.j2"),
     "gpubox-gpu-check.service": (("gpubox", "gpu_tuning"), "roles/gpu_tuning/templates/gpubox-gpu-check.service.j2"),
 }
+# Drop-ins gpubox puts on a packaged unit: (roles, drop-in template, the packaged unit's lines the score
+# depends on: it runs as its own user). Scored as the packaged lines followed by the drop-in.
+DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
+    "prometheus-node-exporter.service": (
+        ("gpubox", "metrics"),
+        "roles/metrics/templates/prometheus-node-exporter-hardening.conf.j2",
+        "[Service]\nUser=prometheus\nExecStart=/usr/bin/prometheus-node-exporter\n",
+    ),
+}
 # The ceiling issue 9 sets for every gpubox unit.
 MAX_EXPOSURE = 2.5
 _OVERALL = re.compile(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)")
@@ -56,7 +65,9 @@ def render_units(group: str = "gpu_2x3090", host: str = "unit-security-box") -> 
     if AnsibleCollectionConfig.collection_finder is None:  # pytest's conftest may have set it up already
         init_plugin_loader(prefix_collections_path=[str(ROOT / "collections")])
     out = {}
-    for unit, (roles, template) in UNITS.items():
+    jobs = [(unit, roles, template, "") for unit, (roles, template) in UNITS.items()]
+    jobs += [(unit, roles, template, packaged) for unit, (roles, template, packaged) in DROP_INS.items()]
+    for unit, roles, template, packaged in jobs:
         loader = DataLoader()
         loader.set_basedir(str(ROOT))
         inv = InventoryManager(loader=loader, sources=[str(INVENTORY)])
@@ -67,7 +78,7 @@ def render_units(group: str = "gpu_2x3090", host: str = "unit-security-box") -> 
         play = Play.load(play_data, variable_manager=vm, loader=loader)
         variables = vm.get_vars(play=play, host=inv.get_host(host))
         templar = Templar(loader=loader, variables=variables)
-        out[unit] = templar.template(trust_as_template((ROOT / template).read_text()))
+        out[unit] = packaged + templar.template(trust_as_template((ROOT / template).read_text()))
     return out
 
 
@@ -111,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     for result in results if not args.json else []:
         if args.verbose:
             print(result.report)
-        print(f"{result.unit:<28} exposure {result.score:.1f}")
+        print(f"{result.unit:<34} exposure {result.score:.1f}")
     worst = max(r.score for r in results)
     return 1 if worst > args.max else 0
 

@@ -23,9 +23,11 @@ def test_every_unit_template_is_measured() -> None:
     root = unit_security.ROOT
     templates = {p.relative_to(root).as_posix() for p in root.glob("roles/*/templates/*.service.j2")}
     assert templates == {template for _roles, template in unit_security.UNITS.values()}
+    hardening = {p.relative_to(root).as_posix() for p in root.glob("roles/*/templates/*hardening*.conf.j2")}
+    assert hardening == {template for _roles, template, _packaged in unit_security.DROP_INS.values()}
 
 
-@pytest.mark.parametrize("unit", sorted(unit_security.UNITS))
+@pytest.mark.parametrize("unit", sorted({**unit_security.UNITS, **unit_security.DROP_INS}))
 def test_exposure_at_most_2_5(rendered: dict[str, str], unit: str) -> None:
     result = unit_security.exposure(unit, rendered[unit])
     assert result.score <= unit_security.MAX_EXPOSURE, result.report

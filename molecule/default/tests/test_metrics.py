@@ -47,6 +47,17 @@ def test_node_exporter_runs_from_debians_package(host):
     assert "--collector.textfile.directory=/var/lib/prometheus/node-exporter" in args
 
 
+@pytest.mark.parametrize("unit", ["prometheus-node-exporter.service", "gpubox-gpu-check.service"])
+def test_units_locked_down_on_the_converged_box(host, unit):
+    # systemd-analyze inside the box, on the unit as loaded (node-exporter: the package's unit + our drop-in)
+    report = host.check_output(f"systemd-analyze security --no-pager {unit}")
+    score = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", report).group(1))
+    assert score <= 2.5, report
+    assert host.service(unit).is_running or unit == "gpubox-gpu-check.service"
+    props = host.check_output(f"systemctl show -p ActiveState -p Result {unit}")
+    assert "ActiveState=active" in props and "Result=success" in props, props
+
+
 def test_textfile_written_whole_by_root(host):
     prom = host.file("/var/lib/prometheus/node-exporter/gpubox.prom")
     assert prom.user == "root" and prom.mode == 0o644
