@@ -12,7 +12,7 @@ export PY_COLORS := 0
 SCENARIOS ?= default topology_4x4090 refusals serving crash python_env_conda
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean
+.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean promtool
 
 help:
 	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock | clean"
@@ -36,14 +36,28 @@ lock: ## re-resolve the tooling pins from pyproject.toml into requirements-dev.l
 # ansible-test sanity runs on a copy of the collection's plugins (tools/sanity.sh): locally, no docker.
 # Skipped for the environment only: compile/import on Pythons other than the venv's (Debian 12 ships
 # 3.11 alone); the box's 3.10 is checked with vermin instead (syntax and standard library).
+# tools/secrets_scan.py: detect-secrets over every tracked file against the audited .secrets.baseline.
 lint: venv
 	ruff check . && ruff format --check .
 	yamllint -s .
 	ansible-lint
 	tools/sanity.sh
+	$(PY) tools/secrets_scan.py
+
+# promtool from Debian's `prometheus` package, unpacked into the cache (no Prometheus server installed or
+# started): tests/unit/test_prometheus.py checks the scrape config and alert rules with it.
+PROMTOOL_DIR := $(CACHE)/promtool
+export GPUBOX_PROMTOOL := $(PROMTOOL_DIR)/usr/bin/promtool
+promtool: $(GPUBOX_PROMTOOL)
+$(GPUBOX_PROMTOOL):
+	rm -rf $(PROMTOOL_DIR).tmp && mkdir -p $(PROMTOOL_DIR).tmp
+	cd $(PROMTOOL_DIR).tmp && { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; }
+	dpkg-deb -x $(PROMTOOL_DIR).tmp/prometheus_*.deb $(PROMTOOL_DIR).tmp/root
+	rm -rf $(PROMTOOL_DIR) && mv $(PROMTOOL_DIR).tmp/root $(PROMTOOL_DIR) && rm -rf $(PROMTOOL_DIR).tmp
+	$(GPUBOX_PROMTOOL) --version | head -1
 
 # host-setup.sh: the host packages the unit tests use too (idempotent, quick when present).
-unit: venv
+unit: venv promtool
 	molecule/shared/host-setup.sh
 	pytest -q tests/unit
 

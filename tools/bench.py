@@ -5,7 +5,7 @@ For every public start-up log in tests/data/calibration/*.yml, print and write t
 prediction next to vLLM's logged numbers (weights, activation, non-torch, KV GiB, GPU blocks), the
 error per case, the KV error per class (dense bf16/fp16, quantized, failures) with each class's median
 and the median over all cases, and each case's verdict (starts / does not start / refused), then time
-plan() itself.
+plan() itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
@@ -17,7 +17,9 @@ leaves. ``gpu_blocks`` is always the minimum over the ranks, the driver's.
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -214,12 +216,43 @@ def report(results: list[dict[str, Any]], per_call_s: float) -> str:
     return "\n".join(lines)
 
 
+def unit_exposure_report() -> str:
+    """`systemd-analyze security --offline=yes` exposure of every gpubox unit, per topology."""
+    # A process of its own: rendering needs Ansible's collection loader, which this process (that
+    # imported the collection as a plain package) cannot install any more.
+    import unit_security
+
+    lines = [
+        "",
+        "# Exposure of the gpubox systemd units",
+        "",
+        "`systemd-analyze security --offline=yes` on each rendered unit (tools/unit_security.py; this",
+        f"machine's systemd; 0 = locked down, 10 = exposed; ceiling {unit_security.MAX_EXPOSURE}, held by",
+        "tests/unit/test_unit_security.py).",
+        "",
+        "| topology | unit | exposure |",
+        "|---|---|---:|",
+    ]
+    for group in ("gpu_2x3090", "gpu_4x4090"):
+        proc = subprocess.run(
+            [sys.executable, str(ROOT / "tools" / "unit_security.py"), "--group", group, "--json"],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        if not proc.stdout.strip():
+            raise SystemExit(f"tools/unit_security.py --group {group} failed:\n{proc.stderr}")
+        for unit, score in json.loads(proc.stdout).items():
+            lines.append(f"| {group} | {unit} | {score:.1f} |")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
     args = parser.parse_args(argv)
     results = [compare_case(case) for case in load_cases()]
-    text = report(results, time_plan())
+    text = report(results, time_plan()) + unit_exposure_report()
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

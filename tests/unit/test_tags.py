@@ -31,6 +31,7 @@ LAYERS = {
     "env": {"python_env"},
     "model": {"model_store"},
     "service": {"vllm_service"},
+    "metrics": {"metrics"},
     "report": set(),
 }
 # Plays outside preflight that must list a task for the tag (the reboot gate guards the host layer).
