@@ -166,6 +166,7 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
             fired = True
             if point.action == "freeze":
                 podman("restart", "-t", "0", box, timeout=300)  # the power cut
+                proc.kill()  # the operator's run ends with it; the next point's run is the re-run
                 wait_booted(box)
         time.sleep(0.3)
     res.playbook_rc = proc.returncode

@@ -14,7 +14,8 @@ description:
     file. Returns C(state) C(running) only while the job can still make progress; C(done) or
     C(failed) as the store wrote them; C(ended) when the job's results file holds its final result;
     C(gone) when the process that writes the progress file no longer exists (killed) while the file
-    still says running.
+    still says running, or when the box has booted since the job started (I(boot_id) differs: a
+    reboot or power cut ended the job, and took the progress file in /run with it).
   - A poll loop that stops on any state but C(running) therefore ends within one interval of the job
     ending, however it ended, and never waits for a dead job.
 options:
@@ -26,6 +27,10 @@ options:
     description: The C(results_file) that an async task registers (the job's status file).
     type: path
     required: true
+  boot_id:
+    description: The box's C(/proc/sys/kernel/random/boot_id) when the job started; empty to skip that check.
+    type: str
+    default: ""
 attributes:
   check_mode:
     support: full
@@ -73,10 +78,23 @@ def read_json(path: str) -> dict | None:
     return data if isinstance(data, dict) else None
 
 
-def job_state(progress: dict | None, results: dict | None) -> tuple[str, str]:
-    """(state, message) from the two files; pure, for the tests."""
+BOOT_ID = "/proc/sys/kernel/random/boot_id"
+
+
+def current_boot_id() -> str:
+    try:
+        with open(BOOT_ID, encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return ""
+
+
+def job_state(progress: dict | None, results: dict | None, started_boot: str = "", boot: str = "") -> tuple[str, str]:
+    """(state, message) from the two files and the boot ids; pure, for the tests."""
     if results is not None and (results.get("finished") == 1 or "started" not in results):
         return "ended", "the job has ended"
+    if started_boot and boot and started_boot.strip() != boot.strip():
+        return "gone", "the box has restarted since the model store job started (a reboot or power cut ended it)"
     if progress is None:
         return "running", "waiting for the first progress report"
     state = str(progress.get("state") or "running")
@@ -94,12 +112,15 @@ def main() -> None:
         argument_spec={
             "progress_file": {"type": "path", "required": True},
             "results_file": {"type": "path", "required": True},
+            "boot_id": {"type": "str", "default": ""},
         },
         supports_check_mode=True,
     )
     state, message = job_state(
         read_json(module.params["progress_file"]),
         read_json(os.path.expanduser(module.params["results_file"])),
+        module.params["boot_id"],
+        current_boot_id(),
     )
     module.exit_json(changed=False, state=state, message=message)
 

@@ -906,3 +906,7 @@ def test_progress_poll_ends_however_the_job_ends() -> None:
     assert progress_module.job_state(gone, job_running)[0] == "gone"
     reused = {**me, "pid_start": str(int(me["pid_start"]) + 1)}  # same pid, another process
     assert progress_module.job_state(reused, job_running)[0] == "gone"
+    # A reboot (power cut) took /run's progress file and the job with it: no file, job file unfinished.
+    assert progress_module.job_state(None, job_running, "boot-a", "boot-b")[0] == "gone"
+    assert progress_module.job_state(None, job_running, "boot-a", "boot-a")[0] == "running"
+    assert progress_module.current_boot_id()
