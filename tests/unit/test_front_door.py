@@ -58,7 +58,7 @@ def test_networks_are_normalized_and_deduplicated() -> None:
     ],
 )
 def test_bad_networks_get_one_line_naming_the_variable(value: Any, expect: str) -> None:
-    with pytest.raises(net_checks.NetworkError, match="^n") as err:
+    with pytest.raises(net_checks.NetworkError, match=r"^n") as err:
         net_checks.networks("n", value)
     assert expect in str(err.value)
 
@@ -88,7 +88,8 @@ def test_the_desired_state_refuses_a_front_door_on_vllms_port_and_bad_scrape_net
     )
     errors = state_checks.validate({**base, "gpubox_scrape_networks": ["10.1.2.3/8"]}).errors
     assert errors == [
-        "gpubox_scrape_networks[0] is '10.1.2.3/8', which has host bits set: write 10.0.0.0/8 (or the address alone for /32)"
+        "gpubox_scrape_networks[0] is '10.1.2.3/8', which has host bits set: "
+        "write 10.0.0.0/8 (or the address alone for /32)"
     ]
 
 
