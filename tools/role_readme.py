@@ -22,7 +22,7 @@ FACTS_END = "<!-- END FACTS -->"
 
 
 def cell(value) -> str:
-    text = " ".join(value) if isinstance(value, list) else str(value)
+    text = " ".join(map(str, value)) if isinstance(value, list) else str(value)
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
 

@@ -8,6 +8,8 @@
     {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
     {{ state | gpubox.gpubox.vllm_args(host) }}           -> vLLM 0.7.3 api_server arguments
     {{ args | gpubox.gpubox.systemd_args }}               -> one ExecStart=/Environment= string
+    {{ nets | gpubox.gpubox.network_errors('name') }}     -> problems of a CIDR list (or ports, port_rules) knob
+    {{ nets | gpubox.gpubox.networks_by_family }}         -> {ipv4: [...], ipv6: [...]} (normalized)
 
 The logic (and its tests) lives in module_utils; errors that are the user's are raised as
 AnsibleFilterError naming the variable.
@@ -23,6 +25,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
     model_catalog,
+    net_checks,
     preflight_checks,
     state_checks,
     vllm_cmdline,
@@ -85,6 +88,28 @@ def systemd_args(args: Sequence[Any], variables: bool = True) -> str:
         raise AnsibleFilterError(f"gpubox.gpubox.systemd_args: {exc}") from exc
 
 
+_NET_KINDS = {"networks": net_checks.networks, "ports": net_checks.ports, "port_rules": net_checks.port_rules}
+
+
+def network_errors(value: Any, name: str, kind: str = "networks") -> list[str]:
+    """Problems of a role's knob of ``kind`` networks (CIDR list), ports or port_rules: [] when valid."""
+    try:
+        _NET_KINDS[kind](name, value)
+    except net_checks.NetworkError as exc:
+        return [str(exc)]
+    except KeyError:
+        raise AnsibleFilterError(f"gpubox.gpubox.network_errors: kind must be one of {sorted(_NET_KINDS)}") from None
+    return []
+
+
+def networks_by_family(value: Any, name: str = "networks") -> dict[str, list[str]]:
+    """Normalized networks split into ipv4 and ipv6 (validate.yml has refused bad ones before)."""
+    try:
+        return net_checks.split_families(net_checks.networks(name, value))
+    except net_checks.NetworkError as exc:
+        raise AnsibleFilterError(f"gpubox.gpubox.networks_by_family: {exc}") from exc
+
+
 class FilterModule:
     """gpubox filters."""
 
@@ -99,4 +124,6 @@ class FilterModule:
             "state_errors": state_errors,
             "vllm_args": vllm_args,
             "systemd_args": systemd_args,
+            "network_errors": network_errors,
+            "networks_by_family": networks_by_family,
         }

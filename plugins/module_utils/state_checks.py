@@ -304,6 +304,15 @@ def _model_config(name: str, value: Any) -> dict[str, Any]:
         raise _Bad(str(exc)) from None
 
 
+def _networks(name: str, value: Any) -> list[str]:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import net_checks
+
+    try:
+        return net_checks.networks(name, value)
+    except net_checks.NetworkError as exc:
+        raise _Bad(str(exc)) from None
+
+
 def flag_problem(arg: str) -> str | None:
     """Why one extra vLLM argument is refused (None: it is fine).
 
@@ -408,6 +417,9 @@ FACTS: dict[str, Fact] = {
     "gpubox_api_key": Fact(_api_key, True, "set vault_gpubox_api_key in Ansible Vault"),
     "gpubox_model_root": Fact(_abs_dir("the model store", "/data/models"), True, "use /data/models"),
     "gpubox_env_prefix": Fact(_abs_dir("the Python environment", "/opt/gpubox/venv"), True, "use /opt/gpubox/venv"),
+    "gpubox_front_door_enabled": Fact(_bool, True, "use true (nginx with TLS in front of vLLM)"),
+    "gpubox_front_door_port": Fact(_int(1, 65535, "443"), True, "use 443"),
+    "gpubox_scrape_networks": Fact(_networks, True, "use [] (loopback only) or your Prometheus networks"),
 }
 SECRET_FACTS = frozenset({"gpubox_api_key"})
 
@@ -473,6 +485,12 @@ def _cross_checks(state: State) -> None:
         state.errors.append(
             f"gpubox_max_num_batched_tokens ({batched}) must be >= gpubox_max_num_seqs ({seqs}) (vLLM 0.7.3 refuses "
             "it): raise it or leave it null"
+        )
+    door, port = v.get("gpubox_front_door_port"), v.get("gpubox_port")
+    if v.get("gpubox_front_door_enabled") is True and isinstance(door, int) and door == port:
+        state.errors.append(
+            f"gpubox_front_door_port and gpubox_port are both {door}: nginx and vLLM cannot share a port; "
+            "give the front door its own (e.g. 443)"
         )
     root, prefix = v.get("gpubox_model_root"), v.get("gpubox_env_prefix")
     if (

@@ -30,6 +30,8 @@ LAYERS = {
     "tuning": {"gpu_tuning"},
     "env": {"python_env"},
     "model": {"model_store"},
+    "firewall": {"firewall"},
+    "front_door": {"front_door"},
     "service": {"vllm_service"},
     "metrics": {"metrics"},
     "report": set(),

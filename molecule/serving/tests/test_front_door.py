@@ -1,0 +1,263 @@
+"""Verify the front door (nginx, TLS) and the firewall (nftables) of the serving box from other hosts.
+
+Two plain Debian containers on the scenario's network (molecule.yml) play the other hosts: the client
+(10.231.89.30, not in gpubox_scrape_networks) and the scraper (10.231.89.20, in it). Each request runs
+inside them with Python's own http.client/ssl, verifying the box's certificate against the
+self-signed one the role generated. The API key is read from the box's 0600 file and handed to the
+client on stdin, never on a command line. These tests run before test_serving.py's (file order), and
+the rate-limit tests run last here, so that their bursts do not meet the other requests.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+
+import pytest
+
+BOX_IP = "10.231.89.10"
+CLIENT = "gpubox-m-fd-client"
+SCRAPER = "gpubox-m-fd-scraper"
+PORT = 443
+VLLM_PORT = 8000
+SERVED = "tiny"
+CERT = "/etc/gpubox/front-door/tls.crt"
+ACCESS_LOG = "/var/log/nginx/gpubox-front-door.access.log"
+ERROR_LOG = "/var/log/nginx/error.log"
+
+# Runs in the client/scraper container; reads one job (JSON) on stdin, prints the result (JSON).
+CLIENT_SCRIPT = r"""
+import http.client, json, socket, ssl, sys, time
+from concurrent.futures import ThreadPoolExecutor
+job = json.load(sys.stdin)
+
+def context():
+    if job.get("system_cas"):
+        return ssl.create_default_context()
+    return ssl.create_default_context(cadata=job["ca"])
+
+def request(_=None):
+    conn = http.client.HTTPSConnection(job["host"], job["port"], context=context(), timeout=120)
+    headers = {"Content-Type": "application/json"}
+    if job.get("use_key"):
+        headers["Authorization"] = "Bearer " + job["key"]
+    body = job.get("body")
+    if body is not None and not isinstance(body, str):
+        body = json.dumps(body)
+    try:
+        conn.request(job.get("method", "GET"), job["path"], body=body, headers=headers)
+        resp = conn.getresponse()
+        if not job.get("stream"):
+            return {"status": resp.status, "body": resp.read().decode(errors="replace")}
+        reads = []
+        while True:
+            data = resp.read1(65536)
+            if not data:
+                break
+            reads.append({"t": time.monotonic(), "data": data.decode(errors="replace")})
+        return {"status": resp.status, "reads": reads}
+    except OSError as err:
+        return {"status": 0, "body": type(err).__name__ + ": " + str(err)}
+    finally:
+        conn.close()
+
+def probe(port):
+    sock = socket.socket()
+    sock.settimeout(job.get("timeout", 3))
+    try:
+        sock.connect((job["host"], port))
+        return "open"
+    except ConnectionRefusedError:
+        return "refused"
+    except socket.timeout:
+        return "timeout"
+    except OSError as err:
+        return type(err).__name__
+    finally:
+        sock.close()
+
+if job["mode"] == "request":
+    out = request()
+elif job["mode"] == "burst":
+    with ThreadPoolExecutor(job["n"]) as pool:
+        out = [r["status"] for r in pool.map(request, range(job["n"]))]
+else:
+    with ThreadPoolExecutor(len(job["ports"])) as pool:
+        out = dict(zip(map(str, job["ports"]), pool.map(probe, job["ports"])))
+print(json.dumps(out))
+"""
+
+
+def _key(host) -> str:
+    (line,) = [
+        x for x in host.file("/etc/gpubox/vllm.env").content_string.splitlines() if x.startswith("VLLM_API_KEY=")
+    ]
+    return line.split("=", 1)[1].strip()
+
+
+def _from(container: str, host, **job):
+    """Run one job in ``container`` against the box; the job (key included) travels on stdin."""
+    job = {"host": BOX_IP, "port": PORT, "ca": host.file(CERT).content_string, **job}
+    if job.get("use_key"):
+        job["key"] = _key(host)
+    proc = subprocess.run(
+        ["podman", "exec", "-i", container, "python3", "-c", CLIENT_SCRIPT],
+        input=json.dumps(job),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout)
+
+
+def _listening(host) -> dict[int, set[str]]:
+    """Every listening TCP port of the box and the addresses it is bound to (ss -ltn)."""
+    ports: dict[int, set[str]] = {}
+    for line in host.check_output("ss -ltnH").splitlines():
+        local = line.split()[3]
+        addr, _, port = local.rpartition(":")
+        ports.setdefault(int(port), set()).add(addr.strip("[]"))
+    return ports
+
+
+# --- the door answers the client over verified TLS ------------------------------------------------------
+
+
+def test_https_completion_with_the_key_works_from_another_host(host):
+    result = _from(
+        CLIENT, host, mode="request", method="POST", path="/v1/completions", use_key=True,
+        body={"model": SERVED, "prompt": "hello", "max_tokens": 4},
+    )  # fmt: skip
+    assert result["status"] == 200, result
+    body = json.loads(result["body"])
+    assert body["model"] == SERVED
+    assert body["choices"][0]["text"]
+
+
+def test_without_the_key_the_api_answers_401(host):
+    assert _from(CLIENT, host, mode="request", path="/v1/models")["status"] == 401
+
+
+def test_the_certificate_is_self_signed_and_verified_by_the_client(host):
+    # The client trusts only the box's own certificate: a client trusting the system CAs refuses it,
+    # so the successful requests above really verified the certificate (and its IP address name).
+    result = _from(CLIENT, host, mode="request", path="/v1/models", system_cas=True)
+    assert result["status"] == 0 and "CERTIFICATE_VERIFY_FAILED" in result["body"], result
+    text = host.check_output("openssl x509 -in %s -noout -ext subjectAltName", CERT)
+    assert f"IP Address:{BOX_IP}" in text
+
+
+def test_streaming_arrives_in_more_than_one_chunk(host):
+    # 400 tokens take vLLM about a second on the CPU (~2 ms each). Unbuffered, nginx passes each
+    # server-sent event on as vLLM writes it: the client sees hundreds of separate arrivals. With
+    # proxy_buffering on (tried by hand on this box), they came in bursts of buffers: 0 to 8 gaps.
+    # The client shares 2 busy cores with the box, so a run where it was not scheduled for most of the
+    # stream also reads it in bursts: up to 3 attempts, one must show the stream arriving piece by piece.
+    seen = []
+    for _ in range(3):
+        result = _from(
+            CLIENT, host, mode="request", method="POST", path="/v1/completions", use_key=True, stream=True,
+            body={"model": SERVED, "prompt": "hello", "max_tokens": 400, "stream": True, "ignore_eos": True},
+        )  # fmt: skip
+        assert result["status"] == 200, result
+        reads = [r for r in result["reads"] if "data:" in r["data"]]
+        assert sum(r["data"].count("data:") for r in reads) >= 100, result
+        assert "[DONE]" in reads[-1]["data"] and "[DONE]" not in reads[0]["data"]
+        times = [r["t"] for r in reads]
+        apart = sum(1 for a, b in zip(times, times[1:]) if b - a > 0.001)
+        seen.append(apart)
+        if apart >= 50:
+            break
+    assert max(seen) >= 50, f"the stream arrived in bursts only (arrivals more than 1 ms apart, per try: {seen})"
+
+
+def test_only_the_api_is_published(host):
+    for path in ("/version", "/tokenize", "/"):
+        assert _from(CLIENT, host, mode="request", path=path)["status"] == 404, path
+
+
+def test_request_bodies_are_capped(host):
+    big = json.dumps({"model": SERVED, "prompt": "x" * 100_000, "max_tokens": 1})  # above the 64k cap
+    result = _from(CLIENT, host, mode="request", method="POST", path="/v1/completions", use_key=True, body=big)
+    assert result["status"] == 413, result
+
+
+# --- metrics only to the scrape networks ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("path", ["/metrics", "/health"])
+def test_metrics_and_health_are_refused_to_a_non_scrape_address(host, path):
+    assert _from(CLIENT, host, mode="request", path=path)["status"] == 403
+
+
+def test_metrics_answer_an_address_of_the_scrape_networks(host):
+    result = _from(SCRAPER, host, mode="request", path="/metrics")
+    assert result["status"] == 200, result
+    assert re.search(r"^vllm:\w+", result["body"], re.M), result["body"][:500]
+    assert _from(SCRAPER, host, mode="request", path="/health")["status"] == 200
+
+
+# --- the firewall and the loopback bind ------------------------------------------------------------------
+
+
+def test_vllm_listens_on_loopback_only(host):
+    assert _listening(host)[VLLM_PORT] == {"127.0.0.1"}
+    unit = host.file("/etc/systemd/system/vllm.service").content_string
+    assert "--host 127.0.0.1 " in unit
+
+
+def test_no_port_but_the_front_door_is_reachable_from_another_host(host):
+    listening = _listening(host)
+    assert PORT in listening and 22 in listening
+    # Printed into the scenario log: what the box listens on (the engine's internal sockets included).
+    print("box listens on:", {p: sorted(a) for p, a in sorted(listening.items())})
+    seen = _from(CLIENT, host, mode="probe", ports=sorted(listening), timeout=3)
+    assert seen.pop(str(PORT)) == "open"  # the client does reach the box
+    # SSH only from the controller's gateway, vLLM's port and the engine's ports from nowhere.
+    assert str(VLLM_PORT) in seen and "22" in seen
+    assert all(state != "open" for state in seen.values()), seen
+
+
+def test_the_firewall_drops_by_default(host):
+    table = host.check_output("nft list table inet gpubox")
+    assert "policy drop;" in table
+    assert "tcp dport 22 accept" in table and "10.231.89.1 " in table
+    assert f"tcp dport {PORT} accept" in table
+    assert host.service("nftables").is_enabled
+
+
+# --- the key stays out of nginx ----------------------------------------------------------------------------
+
+
+def test_the_key_is_in_no_nginx_file_or_log(host):
+    key = _key(host)
+    log = host.file(ACCESS_LOG).content_string
+    assert "10.231.89.30" in log and "POST /v1/completions" in log  # the requests above were logged
+    config = host.check_output(
+        "cat /etc/nginx/nginx.conf /etc/nginx/conf.d/*.conf /etc/nginx/sites-enabled/* 2>/dev/null || true"
+    )
+    assert "$http_authorization" not in config.replace("limit_req_zone $http_authorization", "")
+    for where, text in {"access log": log, "error log": host.file(ERROR_LOG).content_string, "config": config}.items():
+        assert key not in text, f"the API key appears in nginx's {where}"
+    assert key not in host.check_output("ps -eo args")
+    assert host.file("/etc/gpubox/front-door/tls.key").mode == 0o600
+
+
+# --- rate limits (last: their bursts fill the zones) ------------------------------------------------------
+
+
+def test_a_burst_with_one_key_gets_429_from_the_key_limit(host):
+    # 10 at once: within the client's burst (1 + 10), beyond the key's (1 + 4).
+    statuses = _from(CLIENT, host, mode="burst", n=10, path="/v1/models", use_key=True)
+    assert statuses.count(429) >= 1 and statuses.count(200) >= 1, statuses
+    assert 'by zone "gpubox_key"' in host.file(ERROR_LOG).content_string
+
+
+def test_a_burst_from_one_client_gets_429_from_the_client_limit(host):
+    # 30 at once without a key: the key's zone does not count them, the client's (1 + 10) refuses some.
+    statuses = _from(CLIENT, host, mode="burst", n=30, path="/v1/models")
+    assert statuses.count(429) >= 1 and statuses.count(401) >= 1, statuses
+    assert 'by zone "gpubox_client"' in host.file(ERROR_LOG).content_string

@@ -1,0 +1,160 @@
+"""The front door's and the firewall's inputs and rendered files, as Ansible renders them.
+
+- network lists: one checker (net_checks) for the fact gpubox_scrape_networks and the roles' knobs;
+- the desired state refuses a front door on vLLM's own port, and vllm_service refuses a LAN bind
+  behind the front door;
+- nginx's file: /v1/ unbuffered, limits per client and per key, /metrics and /health only to loopback
+  and the scrape networks, no log format that could carry the Authorization header;
+- nftables' file: policy drop, each port only from its networks, split by address family.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ansible_vars
+from ansible_collections.gpubox.gpubox.plugins.module_utils import net_checks, state_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+HOST = "unit-front-door"
+
+
+def _render(role: str, template: str, extra: dict[str, Any] | None = None) -> str:
+    from ansible.template import trust_as_template
+
+    templar, _ = ansible_vars.templar_for(
+        HOST,
+        roles=("gpubox", role),
+        groups=("gpu_2x3090",),
+        extra_vars={"ansible_managed": "managed by a test", **(extra or {})},
+    )
+    text = (ROOT / "roles" / role / "templates" / template).read_text()
+    return templar.template(trust_as_template(text))
+
+
+# --------------------------------------------------------------------------- networks
+
+
+def test_networks_are_normalized_and_deduplicated() -> None:
+    assert net_checks.networks("n", ["10.0.0.0/8", "192.0.2.7", "2001:db8::/32", "10.0.0.0/8"]) == [
+        "10.0.0.0/8",
+        "192.0.2.7/32",
+        "2001:db8::/32",
+    ]
+    assert net_checks.split_families(["10.0.0.0/8", "::/0"]) == {"ipv4": ["10.0.0.0/8"], "ipv6": ["::/0"]}
+
+
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [
+        ("10.0.0.0/8", "must be a list"),
+        (["10.1.2.3/8"], "host bits set: write 10.0.0.0/8"),
+        (["10.0.0.0/33"], "not a network in CIDR"),
+        (["lan"], "not a network in CIDR"),
+        ([None], "n[0] must be a network"),
+    ],
+)
+def test_bad_networks_get_one_line_naming_the_variable(value: Any, expect: str) -> None:
+    with pytest.raises(net_checks.NetworkError, match=r"^n") as err:
+        net_checks.networks("n", value)
+    assert expect in str(err.value)
+
+
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [
+        ([{"port": 8080}], "must be a mapping with port and networks"),
+        ([{"port": 0, "networks": []}], "r[0].port must be a port number 1-65535"),
+        ([{"port": 53, "proto": "icmp", "networks": []}], "r[0].proto must be tcp or udp"),
+        ([{"port": 53, "networks": ["1.2.3.4/8"]}], "r[0].networks[0]"),
+        ([{"port": 53, "networks": [], "to": 1}], "unknown keys ['to']"),
+    ],
+)
+def test_bad_port_rules_are_refused(value: Any, expect: str) -> None:
+    with pytest.raises(net_checks.NetworkError) as err:
+        net_checks.port_rules("r", value)
+    assert expect in str(err.value)
+
+
+def test_the_desired_state_refuses_a_front_door_on_vllms_port_and_bad_scrape_networks() -> None:
+    base = ansible_vars.facts("unit-fd", groups=("gpu_2x3090",))
+    errors = state_checks.validate({**base, "gpubox_front_door_port": 8000}).errors
+    assert any(e.startswith("gpubox_front_door_port and gpubox_port are both 8000") for e in errors), errors
+    assert (
+        state_checks.validate({**base, "gpubox_front_door_port": 8000, "gpubox_front_door_enabled": False}).errors == []
+    )
+    errors = state_checks.validate({**base, "gpubox_scrape_networks": ["10.1.2.3/8"]}).errors
+    assert errors == [
+        "gpubox_scrape_networks[0] is '10.1.2.3/8', which has host bits set: "
+        "write 10.0.0.0/8 (or the address alone for /32)"
+    ]
+
+
+def test_vllm_binds_loopback_by_default() -> None:
+    exec_start = ansible_vars.render(
+        "unit-fd", "__vllm_service_exec_start", roles=("gpubox", "vllm_service"), groups=("gpu_2x3090",)
+    )
+    assert " --host 127.0.0.1 " in exec_start
+
+
+# --------------------------------------------------------------------------- nginx
+
+
+def test_nginx_file_streams_limits_and_keeps_metrics_to_the_scrape_networks() -> None:
+    conf = _render(
+        "front_door", "gpubox-front-door.conf.j2", {"gpubox_scrape_networks": ["10.9.0.0/16", "2001:db8::/48"]}
+    )
+    v1 = conf.split("location /v1/ {", 1)[1].split("}", 1)[0]
+    assert "proxy_buffering off;" in v1
+    assert "limit_req zone=gpubox_client burst=20;" in v1 and "limit_req zone=gpubox_key burst=40;" in v1
+    assert "limit_req_zone $binary_remote_addr zone=gpubox_client:10m rate=10r/s;" in conf
+    assert "limit_req_zone $http_authorization zone=gpubox_key:10m rate=20r/s;" in conf
+    assert "limit_req_status 429;" in conf and "client_max_body_size 4m;" in conf
+    assert "listen 443 ssl;" in conf and "server 127.0.0.1:8000;" in conf
+    for path in ("/metrics", "/health"):
+        block = conf.split(f"location = {path} {{", 1)[1].split("}", 1)[0]
+        allowed = [line.split()[1].rstrip(";") for line in block.splitlines() if line.strip().startswith("allow")]
+        assert allowed == ["127.0.0.1", "::1", "10.9.0.0/16", "2001:db8::/48"]
+        assert "deny all;" in block
+    # The access log uses nginx's predefined format; no format of ours could log the header.
+    assert "log_format" not in conf
+    assert "access_log /var/log/nginx/gpubox-front-door.access.log combined;" in conf
+    assert conf.count("$http_authorization") == 1
+    assert "location / {\n        return 404;" in conf
+
+
+# --------------------------------------------------------------------------- nftables
+
+
+def test_nftables_file_opens_each_port_to_its_networks_only() -> None:
+    conf = _render(
+        "firewall",
+        "nftables.conf.j2",
+        {
+            "gpubox_scrape_networks": ["10.9.0.0/16"],
+            "firewall_ssh_networks": ["192.0.2.0/24", "2001:db8::/32"],
+            "firewall_allow": [{"port": 51820, "proto": "udp", "networks": ["198.51.100.0/24"], "comment": "wg"}],
+        },
+    )
+    lines = [line.strip() for line in conf.splitlines()]
+    assert conf.splitlines()[0] == "#!/usr/sbin/nft -f"
+    assert "table inet gpubox" in lines and "delete table inet gpubox" in lines
+    assert "type filter hook input priority filter; policy drop;" in lines
+    assert 'iif "lo" accept' in lines and "ct state established,related accept" in lines
+    accepts = [line for line in lines if line.endswith("accept") and "dport" in line]
+    assert accepts == [
+        "ip saddr { 192.0.2.0/24 } tcp dport 22 accept",
+        "ip6 saddr { 2001:db8::/32 } tcp dport 22 accept",
+        "ip saddr { 0.0.0.0/0 } tcp dport 443 accept",
+        "ip6 saddr { ::/0 } tcp dport 443 accept",
+        "ip saddr { 10.9.0.0/16 } tcp dport 9100 accept",
+        "ip saddr { 198.51.100.0/24 } udp dport 51820 accept",
+    ]
+
+
+def test_nftables_file_has_no_front_door_port_without_a_front_door() -> None:
+    conf = _render("firewall", "nftables.conf.j2", {"gpubox_front_door_enabled": False})
+    assert "dport 443" not in conf and "dport 8000" not in conf
