@@ -14,7 +14,7 @@ description:
     file. Returns C(state) C(running) only while the job can still make progress; C(done) or
     C(failed) as the store wrote them; C(ended) when the job's results file holds its final result;
     C(gone) when the process that writes the progress file no longer exists (killed) while the file
-    still says running, or when the box has booted since the job started (I(boot_id) differs: a
+    still says running, or when the box has booted since the job started (I(boot_id) differs; a
     reboot or power cut ended the job, and took the progress file in /run with it).
   - A poll loop that stops on any state but C(running) therefore ends within one interval of the job
     ending, however it ended, and never waits for a dead job.
