@@ -403,8 +403,8 @@ def _check_model_lock(facts: dict[str, Any], config: dict[str, Any], report: _Re
     if not commit:
         report.warnings.append(
             f"gpubox_model_revision {revision!r} of {model_id} is a branch or tag with no entry in the model lock "
-            f"{lock}: this run serves whatever commit the hub names now, so boxes built at other times may serve "
-            "other weights. Run `make lock-models` (or let this converge record it), or pin a commit."
+            f"{lock}: this run serves whatever commit the hub names now, so rebuilds may differ (boxes built at other "
+            "times may serve other weights). Run `make lock-models` (or let this converge record it), or pin a commit."
         )
 
 
