@@ -44,6 +44,7 @@ NAME = "tiny-qwen2"
 ROOT = "/data/models"
 MOVED = "/srv/gpubox-models-moved"
 FACT = "/etc/ansible/facts.d/gpubox_model.fact"
+VERIFY_FACT = "/etc/ansible/facts.d/gpubox_model_verify.fact"
 WEIGHTS = "model.safetensors"
 RUN_TIMEOUT = 1500
 
@@ -77,6 +78,9 @@ class Suite:
 
     def fact(self) -> dict:
         return json.loads(self.sh(f"cat {FACT}"))
+
+    def verify_fact(self) -> dict:
+        return json.loads(self.sh(f"cat {VERIFY_FACT}"))
 
     def unit(self) -> str:
         return self.sh("cat /etc/systemd/system/vllm.service")
@@ -198,6 +202,7 @@ class Suite:
         )
         rc, _, text = self.play("5-verify-damaged", "playbooks/verify.yml")
         self.check(rc != 0 and f"{WEIGHTS}: sha256 mismatch" in text, "verify.yml fails naming the damaged file")
+        self.check(self.verify_fact()["ok"] is False, "the failed verification is recorded in the local facts")
         before = self.fact()["version_path"]
         mark, since = self.log_mark(), time.time() - 1
         rc, _, _ = self.play("5-repair", "playbooks/site.yml", *tags)
@@ -210,7 +215,7 @@ class Suite:
         )
         self.check(self.starts_since(since) == 1, f"vLLM restarted once on the repaired copy ({self.starts_since(since)})")
         rc, _, _ = self.play("5-verify-repaired", "playbooks/verify.yml")
-        self.check(rc == 0, "verify.yml passes after the repair")
+        self.check(rc == 0 and self.verify_fact()["ok"] is True, "verify.yml passes after the repair (local fact ok)")
 
         # 6. The store moves: published and served from the new root; the old one left as it was.
         old = self.snapshot(ROOT)
