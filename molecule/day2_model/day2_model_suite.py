@@ -66,7 +66,8 @@ class Suite:
         return proc.stdout
 
     def hub(self, path: str) -> dict:
-        return json.loads(self.sh(f"python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8090{path}').read().decode())\""))
+        code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8090{path}').read().decode())"
+        return json.loads(self.sh(f'python3 -c "{code}"'))
 
     def log_mark(self) -> int:
         return int(self.sh(f"wc -l < {HUB_LOG}").strip() or 0)
@@ -181,7 +182,9 @@ class Suite:
         gets = self.file_gets(mark)
         fact = self.fact()
         self.check(rc == 0 and fact["commit"] == b and f"at commit {b}" in self.unit(), "B published and served")
-        self.check(len(gets) > 0 and all(f"Revision={b}" in e["path"] for e in gets), f"B fetched by commit ({len(gets)} GETs)")
+        self.check(
+            len(gets) > 0 and all(f"Revision={b}" in e["path"] for e in gets), f"B fetched by commit ({len(gets)} GETs)"
+        )
         self.check(self.starts_since(since) == 1, f"vLLM started once ({self.starts_since(since)})")
         kept = self.sh(f"ls {ROOT}/.versions").split()
         self.check(f"{NAME}@{a}" in kept and f"{NAME}@{b}" in kept, f"A kept beside B: {kept}")
@@ -196,9 +199,10 @@ class Suite:
         self.check(self.starts_since(since) == 1, f"vLLM started once ({self.starts_since(since)})")
 
         # 5. A flipped byte in the live weights: verify finds it, a normal run repairs it.
+        flip = "f.seek(1000); b = f.read(1); f.seek(1000); f.write(bytes([b[0] ^ 0xFF]))"
         self.sh(
             f"python3 - <<'EOF'\nimport os\np = os.path.realpath('{ROOT}/{NAME}/{WEIGHTS}')\n"
-            "with open(p, 'r+b') as f:\n    f.seek(1000); b = f.read(1); f.seek(1000); f.write(bytes([b[0] ^ 0xFF]))\nEOF"
+            f"with open(p, 'r+b') as f:\n    {flip}\nEOF"
         )
         rc, _, text = self.play("5-verify-damaged", "playbooks/verify.yml")
         self.check(rc != 0 and f"{WEIGHTS}: sha256 mismatch" in text, "verify.yml fails naming the damaged file")
@@ -208,12 +212,16 @@ class Suite:
         rc, _, _ = self.play("5-repair", "playbooks/site.yml", *tags)
         gets = self.file_gets(mark)
         fact = self.fact()
-        self.check(rc == 0 and fact["commit"] == a and fact["version_path"] != before, "a new whole version of A is live")
+        self.check(
+            rc == 0 and fact["commit"] == a and fact["version_path"] != before, "a new whole version of A is live"
+        )
         self.check(
             len(gets) >= 1 and all(e["path"].endswith(f"FilePath={WEIGHTS}") for e in gets),
             f"only the damaged file was fetched ({[e['path'].rsplit('=', 1)[-1] for e in gets]})",
         )
-        self.check(self.starts_since(since) == 1, f"vLLM restarted once on the repaired copy ({self.starts_since(since)})")
+        self.check(
+            self.starts_since(since) == 1, f"vLLM restarted once on the repaired copy ({self.starts_since(since)})"
+        )
         rc, _, _ = self.play("5-verify-repaired", "playbooks/verify.yml")
         self.check(rc == 0 and self.verify_fact()["ok"] is True, "verify.yml passes after the repair (local fact ok)")
 
@@ -224,7 +232,9 @@ class Suite:
         fact = self.fact()
         self.check(rc == 0 and fact["path"] == f"{MOVED}/{NAME}", "published at the new root")
         self.check(f"{MOVED}/{NAME}" in self.unit(), "the unit serves the new root (ready: the restart's gate)")
-        self.check(fact.get("previous_path") == f"{ROOT}/{NAME}" and "left in place" in text, "the old root is reported")
+        self.check(
+            fact.get("previous_path") == f"{ROOT}/{NAME}" and "left in place" in text, "the old root is reported"
+        )
         self.check(self.snapshot(ROOT) == old, "the old root is untouched")
         rc, recap, _ = self.play("6-move-again", "playbooks/site.yml", *moved)
         self.check(rc == 0 and recap.get("changed") == 0, "a second run at the new root changes nothing")

@@ -18,6 +18,7 @@ Read on the controller (the desired_state lookup, the model_lock module delegate
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -136,8 +137,6 @@ def write_lock(path: str, entries: dict[str, dict[str, Any]]) -> None:
         os.chmod(tmp, 0o644)
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(OSError):
             os.unlink(tmp)
-        except OSError:
-            pass
         raise

@@ -87,7 +87,9 @@ def main() -> None:
     except LockError as exc:
         module.fail_json(msg=str(exc))
     except OSError as exc:
-        module.fail_json(msg=f"writing the model lock {path} failed: {exc.strerror}; check that its directory is writable")
+        module.fail_json(
+            msg=f"writing the model lock {path} failed: {exc.strerror}; check that its directory is writable"
+        )
     module.exit_json(changed=bool(changed), changed_keys=changed, entries=entries)
 
 

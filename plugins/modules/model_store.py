@@ -165,7 +165,9 @@ client_version:
   type: str
   returned: always
 sandbox:
-  description: How the client ran, C(systemd) (a sandboxed transient service) or C(user) (a child process as I(download_user)).
+  description:
+    - How the client ran, C(systemd) (a sandboxed transient service) or C(user) (a child process as
+      I(download_user)).
   type: str
   returned: always
 refused_files:

@@ -107,7 +107,9 @@ def verify(root: str, name: str) -> dict:
         hashed[0] += n
 
     problems = {p.path: p.describe() for p in verify_dir(live, files, rehash=True, on_bytes=count)}
-    result["files"] = [{"path": f.path, "ok": f.path not in problems, "problem": problems.get(f.path, "")} for f in files]
+    result["files"] = [
+        {"path": f.path, "ok": f.path not in problems, "problem": problems.get(f.path, "")} for f in files
+    ]
     result["problems"] = list(problems.values())
     result["ok"] = not problems
     result["bytes_hashed"] = hashed[0]

@@ -121,7 +121,9 @@ def test_preflight_warns_about_an_unlocked_branch_only(tmp_path: Path) -> None:
     unlocked = _preflight(state({**base, "gpubox_model_revision": "dev"}))
     assert any("'dev'" in w and "rebuilds may differ" in w and "make lock-models" in w for w in unlocked["warnings"])
     for revision in ("master", B):
-        assert not any("model lock" in w for w in _preflight(state({**base, "gpubox_model_revision": revision}))["warnings"])
+        assert not any(
+            "model lock" in w for w in _preflight(state({**base, "gpubox_model_revision": revision}))["warnings"]
+        )
 
 
 def test_the_module_writes_only_on_a_change_and_replaces_only_when_asked(tmp_path: Path) -> None:

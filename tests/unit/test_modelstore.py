@@ -552,7 +552,9 @@ def test_verify_module_reports_every_file_and_finds_damage(
     by_path = {f["path"]: f["problem"] for f in bad["files"]}
     assert "sha256 mismatch" in by_path["model.safetensors"] and "size mismatch" in by_path["config.json"]
     assert [p for p, problem in by_path.items() if problem] == sorted(["config.json", "model.safetensors"])
-    absent = ansible_vars.run_module("gpubox.gpubox.model_verify", json.dumps({"root": str(store_root), "name": "X"}), tmp_path)
+    absent = ansible_vars.run_module(
+        "gpubox.gpubox.model_verify", json.dumps({"root": str(store_root), "name": "X"}), tmp_path
+    )
     assert not absent["ok"] and "not a link to a published version" in absent["problems"][0]
 
 
