@@ -1045,7 +1045,8 @@ class ClientRun:
         )
 
     def poll(self, timeout: float) -> int | None:
-        assert self.proc is not None
+        if self.proc is None:
+            raise AssertionError("poll() before start()")
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:

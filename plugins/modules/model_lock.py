@@ -14,7 +14,7 @@ description:
     keyed C(OWNER/NAME@REVISION), holding the commit the hub's listing named. Revisions that are
     already commit ids are not locked. The file is written whole (temp file, rename) and only when
     an entry changes.
-  - Runs where the lock file lives, the controller (C(delegate_to: localhost)).
+  - Runs where the lock file lives, the controller (delegated to localhost).
 options:
   path:
     description: The lock file (gpubox_model_lock_file).
