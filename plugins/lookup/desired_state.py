@@ -37,7 +37,7 @@ _raw:
 
 from ansible.plugins.lookup import LookupBase  # noqa: E402 - after the documentation, as Ansible plugins are laid out
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_lock, state_checks  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import lock_file, state_checks  # noqa: E402
 
 
 class LookupModule(LookupBase):
@@ -69,12 +69,12 @@ class LookupModule(LookupBase):
         errors, entries = [], {}
         if path:
             try:
-                entries = model_lock.read_lock(path)
-            except model_lock.LockError as exc:
+                entries = lock_file.read_lock(path)
+            except lock_file.LockError as exc:
                 errors.append(f"gpubox_model_lock_file: {exc}")
         commit = None
         if isinstance(model_id, str) and isinstance(revision, str):
-            commit = model_lock.locked_commit(entries, model_id, revision)
+            commit = lock_file.locked_commit(entries, model_id, revision)
         public["gpubox_model_commit"] = commit
         public["gpubox_model_fetch_revision"] = commit or revision
         return errors

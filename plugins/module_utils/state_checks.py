@@ -400,7 +400,7 @@ FACTS: dict[str, Fact] = {
         True,
         "set the revision to serve (a commit pins the weights)",
     ),
-    # The lock of moving revisions, on the controller (plugins/module_utils/model_lock.py).
+    # The lock of moving revisions, on the controller (plugins/module_utils/lock_file.py).
     "gpubox_model_lock_file": Fact(_lock_file),
     "gpubox_model_dtype": Fact(_choice(DTYPES, "vLLM 0.7.3 --dtype"), True, "use auto, or the model's torch_dtype"),
     "gpubox_model_quantization": Fact(_choice(QUANTIZATIONS, "vLLM 0.7.3 --quantization; null for none")),

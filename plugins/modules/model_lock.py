@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: gpubox developers
 # Apache License 2.0 (see galaxy.yml); this file is not GPL-licensed.
-"""Ansible module gpubox.gpubox.model_lock: a thin wrapper over module_utils/model_lock.py."""
+"""Ansible module gpubox.gpubox.model_lock: a thin wrapper over module_utils/lock_file.py."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ entries:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils.model_lock import (  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils.lock_file import (  # noqa: E402
     LockError,
     merge_lock,
     read_lock,

@@ -1,4 +1,4 @@
-"""The model lock (plugins/module_utils/model_lock.py): a moving revision is served as the commit it
+"""The model lock (plugins/module_utils/lock_file.py): a moving revision is served as the commit it
 was resolved to, read from a lock file beside the inventory, until the lock is changed on purpose.
 
 - the lock file's format: read, merged, rendered and written back; bad files name the file and fix;
@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 import ansible_vars
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_lock, preflight_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import lock_file, preflight_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "a" * 40
@@ -33,27 +33,27 @@ def state(extra: dict) -> dict:
 
 
 def write(path: Path, entries: dict) -> Path:
-    path.write_text(model_lock.render_lock(entries))
+    path.write_text(lock_file.render_lock(entries))
     return path
 
 
 def test_lock_round_trips_and_merges() -> None:
-    entries, changed = model_lock.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": A}], False)
+    entries, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": A}], False)
     assert changed == [f"{MODEL}@master"]
-    assert model_lock.parse_lock(model_lock.render_lock(entries), "x") == entries
+    assert lock_file.parse_lock(lock_file.render_lock(entries), "x") == entries
     # a converge adds only what is missing; make lock-models replaces
-    same, changed = model_lock.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], False)
+    same, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], False)
     assert same == entries and changed == []
-    moved, changed = model_lock.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], True)
+    moved, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], True)
     assert moved[f"{MODEL}@master"]["commit"] == B and changed == [f"{MODEL}@master"]
     # a commit revision is never locked
-    kept, changed = model_lock.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": A}], True)
+    kept, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": A}], True)
     assert kept == {} and changed == []
 
 
 def test_a_listing_without_a_commit_is_never_locked() -> None:
-    with pytest.raises(model_lock.LockError, match="names no commit id"):
-        model_lock.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": "content-" + "0" * 32}], True)
+    with pytest.raises(lock_file.LockError, match="names no commit id"):
+        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": "content-" + "0" * 32}], True)
 
 
 @pytest.mark.parametrize(
@@ -66,8 +66,8 @@ def test_a_listing_without_a_commit_is_never_locked() -> None:
     ],
 )
 def test_a_bad_lock_names_the_file_and_the_fix(text: str, words: str) -> None:
-    with pytest.raises(model_lock.LockError, match=words) as failed:
-        model_lock.parse_lock(text, "inv/models.lock.json")
+    with pytest.raises(lock_file.LockError, match=words) as failed:
+        lock_file.parse_lock(text, "inv/models.lock.json")
     assert "inv/models.lock.json" in str(failed.value) and "make lock-models" in str(failed.value)
 
 
@@ -97,7 +97,7 @@ def test_the_default_lock_lives_beside_the_inventory() -> None:
     result = ansible_vars.render("gpu-box", "query('gpubox.gpubox.desired_state') | first")
     assert result["gpubox_model_lock_file"] == str(ROOT / "inventories/production/models.lock.json")
     # production's lock is committed empty: no commit in the repository that a run did not read from a hub
-    assert model_lock.read_lock(result["gpubox_model_lock_file"]) == {}
+    assert lock_file.read_lock(result["gpubox_model_lock_file"]) == {}
 
 
 def _preflight(config: dict) -> dict:
@@ -135,10 +135,10 @@ def test_the_module_writes_only_on_a_change_and_replaces_only_when_asked(tmp_pat
         return ansible_vars.run_module("gpubox.gpubox.model_lock", args, tmp_path, check=check)
 
     assert run(A, False, check=True)["changed"] and not lock.exists()
-    assert run(A, False)["changed"] and model_lock.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == A
+    assert run(A, False)["changed"] and lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == A
     mtime = lock.stat().st_mtime_ns
     assert not run(B, False)["changed"] and lock.stat().st_mtime_ns == mtime  # a converge never moves a lock
-    assert run(B, True)["changed"] and model_lock.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
+    assert run(B, True)["changed"] and lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
     failed = run("content-" + "1" * 32, True)
     assert failed.get("failed") and "names no commit id" in failed["msg"]
-    assert model_lock.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
+    assert lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
