@@ -9,7 +9,7 @@ export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
-SCENARIOS ?= default topology_4x4090 refusals serving crash python_env_conda
+SCENARIOS ?= default topology_4x4090 refusals serving crash python_env_conda day2_model
 JOBS ?= 2
 
 .PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean
