@@ -60,7 +60,7 @@ commit:
   type: str
   returned: always
 files:
-  description: One item per listed file, C(path), C(ok) and C(problem) (empty when ok).
+  description: One item per listed file, C(path), C(ok) and C(status) (C(ok), or what is wrong).
   type: list
   returned: always
 problems:
@@ -108,7 +108,12 @@ def verify(root: str, name: str) -> dict:
 
     problems = {p.path: p.describe() for p in verify_dir(live, files, rehash=True, on_bytes=count)}
     result["files"] = [
-        {"path": f.path, "ok": f.path not in problems, "problem": problems.get(f.path, "")} for f in files
+        {
+            "path": f.path,
+            "ok": f.path not in problems,
+            "status": problems.get(f.path, "").removeprefix(f"{f.path}: ") or "ok",
+        }
+        for f in files
     ]
     result["problems"] = list(problems.values())
     result["ok"] = not problems

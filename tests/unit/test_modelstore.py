@@ -549,9 +549,12 @@ def test_verify_module_reports_every_file_and_finds_damage(
         fh.truncate(10)
     bad = ansible_vars.run_module("gpubox.gpubox.model_verify", args, tmp_path)
     assert not bad["ok"] and not bad.get("failed")
-    by_path = {f["path"]: f["problem"] for f in bad["files"]}
-    assert "sha256 mismatch" in by_path["model.safetensors"] and "size mismatch" in by_path["config.json"]
-    assert [p for p, problem in by_path.items() if problem] == sorted(["config.json", "model.safetensors"])
+    by_path = {f["path"]: f["status"] for f in bad["files"]}
+    assert by_path["model.safetensors"].startswith("sha256 mismatch") and by_path["config.json"].startswith(
+        "size mismatch"
+    )
+    assert [p for p, status in by_path.items() if status != "ok"] == sorted(["config.json", "model.safetensors"])
+    assert any(line.startswith("model.safetensors: sha256 mismatch") for line in bad["problems"])
     absent = ansible_vars.run_module(
         "gpubox.gpubox.model_verify", json.dumps({"root": str(store_root), "name": "X"}), tmp_path
     )
