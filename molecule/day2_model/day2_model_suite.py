@@ -100,6 +100,10 @@ class Suite:
         started = time.monotonic()
         with log.open("w") as fh:
             rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT).returncode
+        if rc < 0:  # killed by a signal from outside (a shared CI machine): said, and run once more
+            self.note(f"{label}: ansible-playbook was killed by signal {-rc} from outside; running it again")
+            with log.open("w") as fh:
+                rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT).returncode
         text = log.read_text(errors="replace")
         m = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.rsplit("PLAY RECAP", 1)[-1])
         recap = dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()))) if m else {}
