@@ -966,3 +966,18 @@ def test_progress_poll_ends_however_the_job_ends() -> None:
     assert progress_module.job_state(gone, job_running)[0] == "gone"
     reused = {**me, "pid_start": str(int(me["pid_start"]) + 1)}  # same pid, another process
     assert progress_module.job_state(reused, job_running)[0] == "gone"
+
+
+def test_discard_removes_a_directory_where_a_file_was_listed_without_following_links(tmp_path: Path) -> None:
+    """_discard on Python 3.10 too (no rmtree(dir_fd=)): a directory at a listed path goes, with what is
+    in it; a symlink inside it is removed, not followed."""
+    staging, outside = tmp_path / "staging", tmp_path / "outside"
+    (staging / "sub" / "model.bin" / "deeper").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep").write_text("not the store's")
+    (staging / "sub" / "model.bin" / "link").symlink_to(outside)
+    (staging / "sub" / "other").write_text("stays")
+    problem = lib.FileProblem("sub/model.bin", "missing", "a regular file", "refused: not a regular file")
+    lib._discard(staging, [problem])
+    assert not (staging / "sub" / "model.bin").exists() and (staging / "sub" / "other").read_text() == "stays"
+    assert (outside / "keep").read_text() == "not the store's"
