@@ -9,13 +9,13 @@ export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
-SCENARIOS ?= default topology_4x4090 refusals serving crash python_env_conda
+SCENARIOS ?= default topology_4x4090 refusals serving crash python_env_conda day2_model
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan demo demo-clean clean promtool
+.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock | clean"
+	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -87,6 +87,14 @@ LIMIT ?= $(GROUP)
 plan: export GPUBOX_PLAN_EXTRA = $(EXTRA)
 plan: venv
 	$(PY) tools/plan.py -i $(INVENTORY) $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $${GPUBOX_PLAN_EXTRA:+-e "$$GPUBOX_PLAN_EXTRA"}
+
+# Day two, the model (README): lock each box's branch to the commit the hub names now (written to
+# <inventory>/models.lock.json), and re-hash each box's live model against its manifest.
+lock-models: venv
+	ansible-playbook -i $(INVENTORY) playbooks/lock_models.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))')
+
+verify: venv
+	ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))')
 
 demo: harness
 	$(PY) tools/demo.py up

@@ -12,6 +12,9 @@ description:
     checks each with the one validator, and returns the normalized values without the API key
     (C(gpubox_api_key_set) says whether it is valid), the derived C(gpubox_model_name) and
     C(gpubox_model_dir), and C(errors), one line per problem naming the variable and the fix.
+  - Reads the model lock (C(gpubox_model_lock_file), on the controller) and adds
+    C(gpubox_model_commit), the commit to serve (the revision when it is a commit, else its lock
+    entry, else null) and C(gpubox_model_fetch_revision), what the model store asks the hub for.
   - Use it with C(query(...) | first); it takes no terms.
 options:
   _terms:
@@ -34,7 +37,7 @@ _raw:
 
 from ansible.plugins.lookup import LookupBase  # noqa: E402 - after the documentation, as Ansible plugins are laid out
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import lock_file, state_checks  # noqa: E402
 
 
 class LookupModule(LookupBase):
@@ -50,5 +53,28 @@ class LookupModule(LookupBase):
                 raw[name] = state_checks.UNSET
                 template_errors.append(f"{name} could not be templated: {exc}")
         public = state_checks.validate(raw).public()
-        public["errors"] = template_errors + public["errors"]
+        public["errors"] = template_errors + public["errors"] + self._lock(public)
         return [public]
+
+    @staticmethod
+    def _lock(public):
+        """Add gpubox_model_commit (the commit to serve: the revision when it is a commit, else its entry
+        in gpubox_model_lock_file, else None) and gpubox_model_fetch_revision (what the store asks the
+        hub for); return the lock file's problems. The lock is read here, on the controller."""
+        model_id, revision, path = (
+            public.get("gpubox_model_id"),
+            public.get("gpubox_model_revision"),
+            public.get("gpubox_model_lock_file"),
+        )
+        errors, entries = [], {}
+        if path:
+            try:
+                entries = lock_file.read_lock(path)
+            except lock_file.LockError as exc:
+                errors.append(f"gpubox_model_lock_file: {exc}")
+        commit = None
+        if isinstance(model_id, str) and isinstance(revision, str):
+            commit = lock_file.locked_commit(entries, model_id, revision)
+        public["gpubox_model_commit"] = commit
+        public["gpubox_model_fetch_revision"] = commit or revision
+        return errors

@@ -1045,7 +1045,8 @@ class ClientRun:
         )
 
     def poll(self, timeout: float) -> int | None:
-        assert self.proc is not None
+        if self.proc is None:
+            raise AssertionError("poll() before start()")
         try:
             return self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -1227,7 +1228,8 @@ def _discard(staging: Path, problems: list[FileProblem]) -> None:
             leaf = p.path.rsplit("/", 1)[-1]
             with contextlib.suppress(FileNotFoundError):
                 if stat.S_ISDIR(os.lstat(leaf, dir_fd=parent).st_mode):
-                    shutil.rmtree(leaf, dir_fd=parent)
+                    # rmtree(dir_fd=) needs Python 3.11 (the box may run 3.10): the same directory by its fd
+                    shutil.rmtree(f"/proc/self/fd/{parent}/{leaf}")
                 else:
                     os.unlink(leaf, dir_fd=parent)
         finally:

@@ -390,6 +390,24 @@ def _check_secure_boot(host: dict[str, Any], config: dict[str, Any], report: _Re
         report.warnings.append(note.strip())
 
 
+def _check_model_lock(facts: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
+    """A moving revision (branch or tag) with no lock entry works, but what it serves may differ
+    from box to box and rebuild to rebuild. gpubox_model_commit is the desired_state lookup's
+    reading of the lock (absent when preflight is called without it)."""
+    model_id, revision = facts.get("gpubox_model_id"), facts.get("gpubox_model_revision")
+    if not isinstance(model_id, str) or not isinstance(revision, str) or "gpubox_model_commit" not in config:
+        return
+    commit = config.get("gpubox_model_commit")
+    lock = config.get("gpubox_model_lock_file") or "(none: gpubox_model_lock_file is empty)"
+    report.row("model commit", commit or f"{revision} (unlocked)", None)
+    if not commit:
+        report.warnings.append(
+            f"gpubox_model_revision {revision!r} of {model_id} is a branch or tag with no entry in the model lock "
+            f"{lock}: this run serves whatever commit the hub names now, so rebuilds may differ (boxes built at other "
+            "times may serve other weights). Run `make lock-models` (or let this converge record it), or pin a commit."
+        )
+
+
 # --------------------------------------------------------------------------- table and entry point
 
 # The planner's rows that preflight's table shows (labels and formats are the planner's).
@@ -448,6 +466,7 @@ def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     _check_model_root_owner(host, facts, report)
     _check_api_key(facts, state_errors, report)
     _check_secure_boot(host, config, report)
+    _check_model_lock(facts, config, report)
     # One line per problem: the same message from two checks is reported once.
     errors = list(dict.fromkeys(report.errors))
     warnings = list(dict.fromkeys(report.warnings))

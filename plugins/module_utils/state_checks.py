@@ -364,6 +364,16 @@ def _extra_args(name: str, value: Any) -> list[str]:
     return out
 
 
+def _lock_file(name: str, value: Any) -> str:
+    """The model lock file on the controller: an absolute path of a file (empty: no lock)."""
+    fix = "use an absolute path on the controller, e.g. inventories/production's models.lock.json, or '' for none"
+    if not isinstance(value, str):
+        raise _Bad(f"{name} must be a path, got {type(value).__name__} {_short(value)}: {fix}")
+    if not value.startswith("/") or value.endswith("/") or any(ch in value for ch in "\x00\n\r"):
+        raise _Bad(f"{name} is {_short(value)}, not an absolute file path: {fix}")
+    return posixpath.normpath(value)
+
+
 def _gpu_name(name: str, value: Any) -> str:
     return _text(re.compile(r"^\S(.{0,126}\S)?$"), "use nvidia-smi's product name, e.g. 'NVIDIA GeForce RTX 3090'")(
         name, value
@@ -399,6 +409,8 @@ FACTS: dict[str, Fact] = {
         True,
         "set the revision to serve (a commit pins the weights)",
     ),
+    # The lock of moving revisions, on the controller (plugins/module_utils/lock_file.py).
+    "gpubox_model_lock_file": Fact(_lock_file),
     "gpubox_model_dtype": Fact(_choice(DTYPES, "vLLM 0.7.3 --dtype"), True, "use auto, or the model's torch_dtype"),
     "gpubox_model_quantization": Fact(_choice(QUANTIZATIONS, "vLLM 0.7.3 --quantization; null for none")),
     "gpubox_model_config": Fact(_model_config),

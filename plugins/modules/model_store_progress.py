@@ -62,7 +62,6 @@ message:
 """
 
 import json  # noqa: E402
-import os  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
@@ -118,7 +117,7 @@ def main() -> None:
     )
     state, message = job_state(
         read_json(module.params["progress_file"]),
-        read_json(os.path.expanduser(module.params["results_file"])),
+        read_json(module.params["results_file"]),  # type path: already expanded
         module.params["boot_id"],
         current_boot_id(),
     )

@@ -177,10 +177,10 @@ class Hub:
 def start_hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Callable[..., Hub]]:
     hubs: list[Hub] = []
 
-    def start(model_dir: Path, tls: bool = False) -> Hub:
+    def start(model_dir: Path, tls: bool = False, extra: tuple[str, ...] = ()) -> Hub:
         work = Path(tempfile.mkdtemp(dir=base_dir("hubs")))  # a TLS hub's CA must be readable by the client
         os.chmod(work, 0o755)
-        cmd = [sys.executable, str(HUB / "server.py"), str(model_dir), "--model-id", MODEL_ID]
+        cmd = [sys.executable, str(HUB / "server.py"), str(model_dir), "--model-id", MODEL_ID, *extra]
         cmd += ["--port", "0", "--port-file", str(work / "port"), "--log", str(work / "requests.jsonl")]
         ca = None
         if tls:
@@ -499,6 +499,66 @@ def test_new_revision_replaces_the_live_link_and_keeps_one_previous(
     assert back.changed and not back.downloaded and hub_a.file_gets(mark) == []
     same_content(root / "Tiny-Instruct", models["a"])
     assert len(list((root / ".versions").iterdir())) == 2
+
+
+def test_a_locked_commit_is_served_while_the_branch_moves_and_rolls_back_without_a_download(
+    start_hub: Callable[..., Hub], client_venv: Path, models, store_root: Path, tmp_path: Path
+) -> None:
+    """Issue 12 item 4 at the store's level: the hub serves two commits of the model and its branch
+    moves from A to B (an upstream push); the store is asked for commits (what the lock resolves to)."""
+    branch = tmp_path / "branch"
+    hub = start_hub(models["a"], extra=("--commit-dir", str(models["b"]), "--branch-file", str(branch)))
+    a = lib.fetch_listing(hub.endpoint, MODEL_ID, "master").commit
+    assert re.fullmatch(r"[0-9a-f]{40}", a), "the test hub names a commit id in its listing"
+    first = lib.run_model_store(request_for(hub, store_root, client_venv, revision=a))
+    assert first.commit == a and lib.read_manifest(store_root / "Tiny-Instruct")["revision"] == a
+
+    health = json.loads(urllib.request.urlopen(f"{hub.endpoint}/_health", timeout=10).read())["Data"]
+    (b,) = [c for c in health["commits"] if c != a]
+    branch.write_text(b + "\n")  # upstream pushes B to master
+    assert lib.fetch_listing(hub.endpoint, MODEL_ID, "master").commit == b
+    mark = hub.mark()
+    pinned = lib.run_model_store(request_for(hub, store_root, client_venv, revision=a))
+    assert not pinned.changed and hub.file_gets(mark) == [], "the locked commit holds while the branch moves"
+
+    mark = hub.mark()
+    moved = lib.run_model_store(request_for(hub, store_root, client_venv, revision=b))
+    gets = hub.file_gets(mark)
+    assert moved.changed and moved.commit == b and gets and all(f"Revision={b}" in e["path"] for e in gets)
+    same_content(store_root / "Tiny-Instruct", models["b"])
+    assert (store_root / ".versions" / f"Tiny-Instruct@{a}").is_dir(), "A is kept beside B"
+
+    mark = hub.mark()
+    back = lib.run_model_store(request_for(hub, store_root, client_venv, revision=a))
+    assert back.changed and not back.downloaded and hub.file_gets(mark) == []
+    same_content(store_root / "Tiny-Instruct", models["a"])
+
+
+def test_verify_module_reports_every_file_and_finds_damage(
+    hub_a: Hub, client_venv: Path, models, store_root: Path, tmp_path: Path
+) -> None:
+    """gpubox.gpubox.model_verify (make verify) through Ansible: per file, read-only, damage named."""
+    lib.run_model_store(request_for(hub_a, store_root, client_venv))
+    args = json.dumps({"root": str(store_root), "name": "Tiny-Instruct"})
+    good = ansible_vars.run_module("gpubox.gpubox.model_verify", args, tmp_path)
+    assert good["ok"] and not good["changed"] and good["problems"] == []
+    assert sorted(f["path"] for f in good["files"]) == sorted(p.name for p in models["a"].iterdir())
+    assert good["bytes_hashed"] == sum(p.stat().st_size for p in models["a"].iterdir())
+    rot(store_root / "Tiny-Instruct" / "model.safetensors")
+    with open(store_root / "Tiny-Instruct" / "config.json", "r+b") as fh:
+        fh.truncate(10)
+    bad = ansible_vars.run_module("gpubox.gpubox.model_verify", args, tmp_path)
+    assert not bad["ok"] and not bad.get("failed")
+    by_path = {f["path"]: f["status"] for f in bad["files"]}
+    assert by_path["model.safetensors"].startswith("sha256 mismatch") and by_path["config.json"].startswith(
+        "size mismatch"
+    )
+    assert [p for p, status in by_path.items() if status != "ok"] == sorted(["config.json", "model.safetensors"])
+    assert any(line.startswith("model.safetensors: sha256 mismatch") for line in bad["problems"])
+    absent = ansible_vars.run_module(
+        "gpubox.gpubox.model_verify", json.dumps({"root": str(store_root), "name": "X"}), tmp_path
+    )
+    assert not absent["ok"] and "not a link to a published version" in absent["problems"][0]
 
 
 @pytest.mark.skipif(not shutil.which("openssl"), reason="needs openssl to make the hub's test certificate")
@@ -910,3 +970,18 @@ def test_progress_poll_ends_however_the_job_ends() -> None:
     assert progress_module.job_state(None, job_running, "boot-a", "boot-b")[0] == "gone"
     assert progress_module.job_state(None, job_running, "boot-a", "boot-a")[0] == "running"
     assert progress_module.current_boot_id()
+
+
+def test_discard_removes_a_directory_where_a_file_was_listed_without_following_links(tmp_path: Path) -> None:
+    """_discard on Python 3.10 too (no rmtree(dir_fd=)): a directory at a listed path goes, with what is
+    in it; a symlink inside it is removed, not followed."""
+    staging, outside = tmp_path / "staging", tmp_path / "outside"
+    (staging / "sub" / "model.bin" / "deeper").mkdir(parents=True)
+    outside.mkdir()
+    (outside / "keep").write_text("not the store's")
+    (staging / "sub" / "model.bin" / "link").symlink_to(outside)
+    (staging / "sub" / "other").write_text("stays")
+    problem = lib.FileProblem("sub/model.bin", "missing", "a regular file", "refused: not a regular file")
+    lib._discard(staging, [problem])
+    assert not (staging / "sub" / "model.bin").exists() and (staging / "sub" / "other").read_text() == "stays"
+    assert (outside / "keep").read_text() == "not the store's"

@@ -3,6 +3,7 @@
 
     python3 server.py MODEL_DIR --model-id OWNER/NAME [--bind 127.0.0.1] [--port 0]
                       [--port-file F] [--log F] [--faults-file F] [--revision master]
+                      [--commit-dir DIR ...] [--branch-file F]
                       [--tls-cert CERT.pem --tls-key KEY.pem]
 
 It answers the requests the real `modelscope` client makes (docs/facts.md, ModelScope):
@@ -13,9 +14,12 @@ It answers the requests the real `modelscope` client makes (docs/facts.md, Model
     HEAD (the same four)
     GET  /api/v1/repos/internalAccelerationInfo               404: no intra-cloud acceleration here
 
-The model is served at one fixed revision: the branch name given by --revision and a commit id
-derived from the files' hashes (so it changes exactly when the content changes). Files are hashed
-once at start; do not change MODEL_DIR while the hub runs.
+The model is served at the branch name given by --revision and at a commit id derived from the
+files' hashes (so it changes exactly when the content changes). Each --commit-dir is another commit
+of the same model (another directory of files), served at its own commit id. The branch points at
+MODEL_DIR's commit, or at the commit id written in --branch-file (re-read whenever its mtime
+changes): writing another commit id there is an upstream push that moves the branch. Files are
+hashed once at start; do not change the directories while the hub runs.
 
 Fault injection, for tests (simulated network and storage faults):
     POST /_faults  {"drop_after_bytes": {"model.safetensors": 100000}}
@@ -69,6 +73,8 @@ class HubFile:
 
 @dataclass(frozen=True)
 class HubModel:
+    """One commit of the model: its id and its files."""
+
     owner: str
     name: str
     branch: str
@@ -77,6 +83,40 @@ class HubModel:
 
     def knows_revision(self, revision: str | None) -> bool:
         return revision in (None, "", self.branch, self.commit)
+
+
+class HubRepo:
+    """Every commit the hub serves of one model, and the commit its branch points at (movable)."""
+
+    def __init__(self, commits: list[HubModel], branch_file: Path | None) -> None:
+        self.commits = {m.commit: m for m in commits}
+        self.default = commits[0].commit
+        self.branch_file, self.mtime, self.head = branch_file, None, self.default
+        self.lock = threading.Lock()
+
+    @property
+    def first(self) -> HubModel:
+        return self.commits[self.default]
+
+    def branch_head(self) -> str:
+        """The commit the branch points at now (the branch file's, when it names a known commit)."""
+        with self.lock:
+            if self.branch_file is not None:
+                try:
+                    mtime = self.branch_file.stat().st_mtime_ns
+                except FileNotFoundError:
+                    mtime = None
+                if mtime != self.mtime:
+                    self.mtime = mtime
+                    wanted = self.branch_file.read_text().strip() if mtime is not None else ""
+                    self.head = wanted if wanted in self.commits else self.default
+            return self.head
+
+    def resolve(self, revision: str | None) -> HubModel | None:
+        """The commit a revision names: the branch (or no revision) -> its head; a known commit id."""
+        if revision in (None, "", self.first.branch):
+            return self.commits[self.branch_head()]
+        return self.commits.get(revision or "")
 
 
 def sha256_of(path: Path) -> str:
@@ -297,7 +337,7 @@ class HubHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     server_version = "gpubox-test-hub/1"
     # set on the class by make_server()
-    model: HubModel
+    repo: HubRepo
     faults: Faults
     faults_file: FaultsFile
     request_log: RequestLog
@@ -357,17 +397,19 @@ class HubHandler(BaseHTTPRequestHandler):
         if url.path == "/_faults":
             return self._json(200, self.faults.snapshot(), head)
         if url.path == "/_health":
-            return self._json(200, ok({"commit": self.model.commit}), head)
+            commits = sorted(self.repo.commits)
+            return self._json(200, ok({"commit": self.repo.branch_head(), "commits": commits}), head)
         if url.path == "/api/v1/repos/internalAccelerationInfo":
             return self._json(404, error(404, "no acceleration in the test hub"), head)
         m = re.fullmatch(r"/api/v1/models/([^/]+)/([^/]+)(/revisions|/repo/files|/repo)?", url.path)
         if not m:
             return self._json(404, error(404, f"unknown path {url.path}"), head)
-        model = self.model
-        if (m.group(1), m.group(2)) != (model.owner, model.name):
+        first = self.repo.first
+        if (m.group(1), m.group(2)) != (first.owner, first.name):
             return self._json(404, error(10010205001, f"model {m.group(1)}/{m.group(2)} not found"), head)
         revision = query.get("Revision")
-        if not model.knows_revision(revision):
+        model = self.repo.resolve(revision)
+        if model is None or not model.knows_revision(revision):
             return self._json(404, error(10010205001, f"revision {revision} not found"), head)
         kind = m.group(3)
         if kind is None:
@@ -390,7 +432,7 @@ class HubHandler(BaseHTTPRequestHandler):
                     }
                 )
             return self._json(200, ok({"Files": files, "LatestCommitter": {}}), head)
-        return self._send_file(query.get("FilePath", ""), head)
+        return self._send_file(model, query.get("FilePath", ""), head)
 
     def _send_extra(self, content: bytes, head: bool) -> None:
         self.send_response(HTTPStatus.OK)
@@ -401,11 +443,11 @@ class HubHandler(BaseHTTPRequestHandler):
             self.wfile.write(content)
         self._log(200, 0 if head else len(content), "extra_files")
 
-    def _send_file(self, file_path: str, head: bool) -> None:
+    def _send_file(self, model: HubModel, file_path: str, head: bool) -> None:
         extra = self.faults.extra_content(file_path)
         if extra is not None:
             return self._send_extra(extra, head)
-        f = self.model.files.get(file_path)
+        f = model.files.get(file_path)
         if f is None:
             return self._json(404, error(10010205001, f"file {file_path!r} not found"), head)
         rng = parse_range(self.headers.get("Range"), f.size)
@@ -457,13 +499,16 @@ class HubHandler(BaseHTTPRequestHandler):
 
 
 def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
-    model = load_model(args.model_dir, args.model_id, args.revision)
+    commits = [load_model(d, args.model_id, args.revision) for d in [args.model_dir, *args.commit_dir]]
+    if len({m.commit for m in commits}) != len(commits):
+        raise SystemExit("two of the model directories hold the same files (the same commit): pass distinct ones")
+    repo = HubRepo(commits, args.branch_file)
     faults = Faults()
     handler = type(
         "BoundHubHandler",
         (HubHandler,),
         {
-            "model": model,
+            "repo": repo,
             "faults": faults,
             "faults_file": FaultsFile(args.faults_file, faults),
             "request_log": RequestLog(args.log),
@@ -484,6 +529,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("model_dir", type=Path, help="directory whose files are served")
     parser.add_argument("--model-id", required=True, help="OWNER/NAME the model is served as")
     parser.add_argument("--revision", default="master", help="branch name the model is served at")
+    parser.add_argument(
+        "--commit-dir", type=Path, action="append", default=[], help="another commit of the model (repeatable)"
+    )
+    parser.add_argument("--branch-file", type=Path, help="file naming the commit id the branch points at")
     parser.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one")
     parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")
@@ -498,14 +547,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     server = make_server(args)
     host, port = server.server_address[:2]
-    model = server.RequestHandlerClass.model  # type: ignore[attr-defined]
+    repo = server.RequestHandlerClass.repo  # type: ignore[attr-defined]
+    model = repo.first
     if args.port_file:
         tmp = args.port_file.with_name(args.port_file.name + ".tmp")
         tmp.write_text(f"{port}\n")
         os.replace(tmp, args.port_file)
     print(
         f"serving {model.owner}/{model.name}@{model.branch} "
-        f"(commit {model.commit}, {len(model.files)} files) "
+        f"(commit {model.commit}, {len(model.files)} files; {len(repo.commits)} commit(s)) "
         f"on {'https' if args.tls_cert else 'http'}://{host}:{port}",
         flush=True,
     )

@@ -1,0 +1,144 @@
+"""The model lock (plugins/module_utils/lock_file.py): a moving revision is served as the commit it
+was resolved to, read from a lock file beside the inventory, until the lock is changed on purpose.
+
+- the lock file's format: read, merged, rendered and written back; bad files name the file and fix;
+- the desired_state lookup (on the controller, as Ansible templates it) turns the lock into
+  gpubox_model_commit / gpubox_model_fetch_revision; a commit revision needs no entry;
+- preflight warns about a branch with no entry and not about a locked or commit revision;
+- the model_lock module (through `ansible localhost`) adds missing entries, replaces only when
+  asked, writes only on a change and never locks a listing's content id.
+The molecule scenario day2_model proves the same end to end on a box with the test hub.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import ansible_vars
+from ansible_collections.gpubox.gpubox.plugins.module_utils import lock_file, preflight_checks
+
+ROOT = Path(__file__).resolve().parents[2]
+A = "a" * 40
+B = "0123456789abcdef0123456789abcdef01234567"
+MODEL = "Qwen/Qwen2.5-7B-Instruct"
+
+
+def state(extra: dict) -> dict:
+    return ansible_vars.render(
+        "unit-lock", "query('gpubox.gpubox.desired_state') | first", groups=("gpu_2x3090",), extra_vars=extra
+    )
+
+
+def write(path: Path, entries: dict) -> Path:
+    path.write_text(lock_file.render_lock(entries))
+    return path
+
+
+def test_lock_round_trips_and_merges() -> None:
+    entries, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": A}], False)
+    assert changed == [f"{MODEL}@master"]
+    assert lock_file.parse_lock(lock_file.render_lock(entries), "x") == entries
+    # a converge adds only what is missing; make lock-models replaces
+    same, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], False)
+    assert same == entries and changed == []
+    moved, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], True)
+    assert moved[f"{MODEL}@master"]["commit"] == B and changed == [f"{MODEL}@master"]
+    # a commit revision is never locked
+    kept, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": A}], True)
+    assert kept == {} and changed == []
+
+
+def test_a_listing_without_a_commit_is_never_locked() -> None:
+    with pytest.raises(lock_file.LockError, match="names no commit id"):
+        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": "content-" + "0" * 32}], True)
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ("{", "is not JSON"),
+        ('{"schema": 2, "models": {}}', "schema 1"),
+        ('{"schema": 1, "models": {"nomodel": {"commit": "' + A + '"}}}', "unusable entry"),
+        ('{"schema": 1, "models": {"' + MODEL + '@master": {"commit": "abc"}}}', "unusable entry"),
+    ],
+)
+def test_a_bad_lock_names_the_file_and_the_fix(text: str, words: str) -> None:
+    with pytest.raises(lock_file.LockError, match=words) as failed:
+        lock_file.parse_lock(text, "inv/models.lock.json")
+    assert "inv/models.lock.json" in str(failed.value) and "make lock-models" in str(failed.value)
+
+
+def test_the_lookup_serves_the_locked_commit(tmp_path: Path) -> None:
+    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": ""}})
+    locked = state({"gpubox_model_id": MODEL, "gpubox_model_revision": "master", "gpubox_model_lock_file": str(lock)})
+    assert locked["errors"] == []
+    assert locked["gpubox_model_commit"] == A and locked["gpubox_model_fetch_revision"] == A
+    # another branch of the same model has no entry: served as the branch, unlocked
+    other = state({"gpubox_model_id": MODEL, "gpubox_model_revision": "dev", "gpubox_model_lock_file": str(lock)})
+    assert other["gpubox_model_commit"] is None and other["gpubox_model_fetch_revision"] == "dev"
+    # a commit revision is its own pin, lock or not
+    pinned = state({"gpubox_model_id": MODEL, "gpubox_model_revision": B, "gpubox_model_lock_file": ""})
+    assert pinned["gpubox_model_commit"] == B and pinned["gpubox_model_fetch_revision"] == B
+
+
+def test_the_lookup_reports_a_bad_lock_file(tmp_path: Path) -> None:
+    bad = tmp_path / "models.lock.json"
+    bad.write_text("not json")
+    result = state({"gpubox_model_id": MODEL, "gpubox_model_lock_file": str(bad)})
+    assert any(e.startswith("gpubox_model_lock_file:") and str(bad) in e for e in result["errors"])
+    relative = state({"gpubox_model_id": MODEL, "gpubox_model_lock_file": "models.lock.json"})
+    assert any(e.startswith("gpubox_model_lock_file is") for e in relative["errors"])
+
+
+def test_the_default_lock_lives_beside_the_inventory() -> None:
+    result = ansible_vars.render("gpu-box", "query('gpubox.gpubox.desired_state') | first")
+    assert result["gpubox_model_lock_file"] == str(ROOT / "inventories/production/models.lock.json")
+    # production's lock is committed empty: no commit in the repository that a run did not read from a hub
+    assert lock_file.read_lock(result["gpubox_model_lock_file"]) == {}
+
+
+def _preflight(config: dict) -> dict:
+    host = {
+        "distribution": "Debian",
+        "distribution_version": "12",
+        "memtotal_mb": 128 * 1024,
+        "gpu": None,
+        "disk_free_bytes": 500 * 1024**3,
+        "disk_mount": "/data",
+        "model_bytes_present": 0,
+        "model_root_stat": "0 755 directory",
+        "secure_boot": False,
+    }
+    return preflight_checks.preflight(host, config)
+
+
+def test_preflight_warns_about_an_unlocked_branch_only(tmp_path: Path) -> None:
+    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": ""}})
+    base = {"gpubox_model_id": MODEL, "gpubox_model_lock_file": str(lock)}
+    unlocked = _preflight(state({**base, "gpubox_model_revision": "dev"}))
+    assert any("'dev'" in w and "rebuilds may differ" in w and "make lock-models" in w for w in unlocked["warnings"])
+    for revision in ("master", B):
+        assert not any(
+            "model lock" in w for w in _preflight(state({**base, "gpubox_model_revision": revision}))["warnings"]
+        )
+
+
+def test_the_module_writes_only_on_a_change_and_replaces_only_when_asked(tmp_path: Path) -> None:
+    lock = tmp_path / "models.lock.json"
+    item = {"model_id": MODEL, "revision": "master", "commit": A, "endpoint": "https://www.modelscope.cn"}
+
+    def run(commit: str, replace: bool, check: bool = False) -> dict:
+        args = json.dumps({"path": str(lock), "resolved": [{**item, "commit": commit}], "replace": replace})
+        return ansible_vars.run_module("gpubox.gpubox.model_lock", args, tmp_path, check=check)
+
+    assert run(A, False, check=True)["changed"] and not lock.exists()
+    assert run(A, False)["changed"] and lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == A
+    mtime = lock.stat().st_mtime_ns
+    assert not run(B, False)["changed"] and lock.stat().st_mtime_ns == mtime  # a converge never moves a lock
+    assert run(B, True)["changed"] and lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
+    failed = run("content-" + "1" * 32, True)
+    assert failed.get("failed") and "names no commit id" in failed["msg"]
+    assert lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
