@@ -8,6 +8,8 @@
     {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
     {{ state | gpubox.gpubox.vllm_args(host) }}           -> vLLM 0.7.3 api_server arguments
     {{ args | gpubox.gpubox.systemd_args }}               -> one ExecStart=/Environment= string
+    {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
+                                                          -> what keeps a nvidia module for every kernel
 
 The logic (and its tests) lives in module_utils; errors that are the user's are raised as
 AnsibleFilterError naming the variable.
@@ -22,6 +24,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
+    kernel_modules,
     model_catalog,
     preflight_checks,
     state_checks,
@@ -85,6 +88,16 @@ def systemd_args(args: Sequence[Any], variables: bool = True) -> str:
         raise AnsibleFilterError(f"gpubox.gpubox.systemd_args: {exc}") from exc
 
 
+def kernel_module_plan(
+    packages: Any, policy: str | None = None, secure_boot: bool = False, signed: bool = False, branch: str = "535"
+) -> dict:
+    """Packages that keep a nvidia module for every installed kernel; policy: `apt-cache policy` output."""
+    candidates = None if policy is None else kernel_modules.parse_policy(str(policy))
+    return kernel_modules.kernel_module_plan(
+        list(packages), candidates, secure_boot=bool(secure_boot), signed_modules=bool(signed), branch=str(branch)
+    )
+
+
 class FilterModule:
     """gpubox filters."""
 
@@ -99,4 +112,5 @@ class FilterModule:
             "state_errors": state_errors,
             "vllm_args": vllm_args,
             "systemd_args": systemd_args,
+            "kernel_module_plan": kernel_module_plan,
         }
