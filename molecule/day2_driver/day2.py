@@ -73,13 +73,16 @@ def fact_cache_dir() -> Path | None:
     return (Path(cfg).parent / conn) if conn else None
 
 
-def cached_loaded_module(host: str) -> str | None:
+def cached_facts(host: str) -> dict:
+    """The facts Ansible's jsonfile cache holds for ``host`` (a file named after it; 2.19 wraps them)."""
     directory = fact_cache_dir()
-    try:
-        facts = json.loads((directory / host).read_text()) if directory else {}
-    except (OSError, ValueError):
-        return None
-    return (facts.get("ansible_gpubox_gpu") or facts.get("gpubox_gpu") or {}).get("loaded_module_version")
+    for path in sorted(directory.glob(f"*{host}")) if directory and directory.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            return json.loads(data["__payload__"]) if "__payload__" in data else data
+        except (OSError, ValueError, KeyError):
+            continue
+    return {}
 
 
 def playbook(inventory: str, host: str, book: Path, *extra: str) -> dict:
@@ -118,9 +121,13 @@ def main(argv: list[str] | None = None) -> int:
     # 3. reboot into the first build; the next run has nothing to do and no reason to reboot
     reboot("reboot_into_a")
     step("after_reboot_a", converge)
-    # 4. stale facts: the fact cache now holds the module of step 3; behind Ansible's back the box
-    #    loads another build. The decision must use the live value.
-    steps["stale_cache_before"] = {"cached_loaded_module": cached_loaded_module(args.host)}
+    # 4. stale facts: the fact cache now holds the facts of step 3 (its reboot record: nothing pending);
+    #    behind Ansible's back the box loads another build. The decision must use the live value.
+    cached = cached_facts(args.host)
+    steps["stale_cache_before"] = {
+        "cached_reboot_record": (cached.get("ansible_local") or {}).get("gpubox_reboot"),
+        "cached_kernel": cached.get("ansible_kernel"),
+    }
     box.sh(
         "python3 /usr/local/libexec/gpubox-sim/make_sysfs.py --module-version 535.309.01 "
         f"/usr/share/gpubox-sim/fixtures/$(cat /etc/gpubox-sim/box)/sysfs.json {SYSFS}"
