@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
         f"/usr/share/gpubox-sim/fixtures/$(cat /etc/gpubox-sim/box)/sysfs.json {SYSFS}"
     )
     step("stale_facts", converge)
+    reboot("reboot_after_stale")  # back into the installed build (A) before the pin moves
     # 5. upgrade: move the pin to B, reboot, run again
     step("upgrade", converge, "-e", f"nvidia_driver_version={PIN_B}")
     reboot("reboot_into_b")
