@@ -9,7 +9,7 @@ export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
-SCENARIOS ?= default topology_4x4090 refusals serving crash python_env_conda day2_model
+SCENARIOS ?= crash serving day2_model day2_driver default topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
 .PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean promtool
@@ -40,6 +40,7 @@ lock: ## re-resolve the tooling pins from pyproject.toml into requirements-dev.l
 lint: venv
 	ruff check . && ruff format --check .
 	yamllint -s .
+	check-jsonschema --builtin-schema vendor.github-workflows .github/workflows/*.yml
 	ansible-lint
 	tools/sanity.sh
 	$(PY) tools/secrets_scan.py

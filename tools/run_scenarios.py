@@ -23,6 +23,8 @@ BASE_CONFIG = ROOT / ".config" / "molecule" / "config.yml"
 # Scenarios that need inputs our CI machines cannot reach; without them they are reported as skipped.
 REQUIRES = {
     "python_env_conda": ("GPUBOX_MINIFORGE_INSTALLER", "GPUBOX_MINIFORGE_SHA256", "GPUBOX_CONDA_CHANNEL"),
+    # Ubuntu's archive (the image and the real 535 packages): .github/workflows/ubuntu.yml sets it.
+    "host_ubuntu": ("GPUBOX_UBUNTU_DRIVER_PIN",),
 }
 
 

@@ -10,6 +10,8 @@
     {{ args | gpubox.gpubox.systemd_args }}               -> one ExecStart=/Environment= string
     {{ nets | gpubox.gpubox.network_errors('name') }}     -> problems of a CIDR list (or ports, port_rules) knob
     {{ nets | gpubox.gpubox.networks_by_family }}         -> {ipv4: [...], ipv6: [...]} (normalized)
+    {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
+                                                          -> what keeps a nvidia module for every kernel
 
 The logic (and its tests) lives in module_utils; errors that are the user's are raised as
 AnsibleFilterError naming the variable.
@@ -24,6 +26,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
+    kernel_modules,
     model_catalog,
     net_checks,
     preflight_checks,
@@ -108,6 +111,14 @@ def networks_by_family(value: Any, name: str = "networks") -> dict[str, list[str
         return net_checks.split_families(net_checks.networks(name, value))
     except net_checks.NetworkError as exc:
         raise AnsibleFilterError(f"gpubox.gpubox.networks_by_family: {exc}") from exc
+def kernel_module_plan(
+    packages: Any, policy: str | None = None, secure_boot: bool = False, signed: bool = False, branch: str = "535"
+) -> dict:
+    """Packages that keep a nvidia module for every installed kernel; policy: `apt-cache policy` output."""
+    candidates = None if policy is None else kernel_modules.parse_policy(str(policy))
+    return kernel_modules.kernel_module_plan(
+        list(packages), candidates, secure_boot=bool(secure_boot), signed_modules=bool(signed), branch=str(branch)
+    )
 
 
 class FilterModule:
@@ -126,4 +137,5 @@ class FilterModule:
             "systemd_args": systemd_args,
             "network_errors": network_errors,
             "networks_by_family": networks_by_family,
+            "kernel_module_plan": kernel_module_plan,
         }

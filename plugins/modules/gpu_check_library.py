@@ -16,7 +16,7 @@ description:
     parse nvidia-smi with the same code, and no role reads files outside its own directory.
   - The file is replaced atomically (a temporary file in the same directory, then rename(2)) and only
     when its content differs. When I(mode) is not given the file gets C(0644).
-  - The directory of I(dest) must exist.
+  - The directory of I(dest) must exist (in check mode a missing directory reports C(changed)).
 options:
   dest:
     description:
@@ -123,6 +123,8 @@ def main() -> None:
         module.fail_json(msg=str(exc))
     directory = os.path.dirname(dest)
     if not os.path.isdir(directory):
+        if module.check_mode:  # a dry run: the task that creates the directory only said it would
+            module.exit_json(changed=True, dest=dest, sha256=hashlib.sha256(content).hexdigest(), size=len(content))
         module.fail_json(msg=f"the directory of dest {dest} does not exist; create {directory} first")
     if os.path.isdir(dest):
         module.fail_json(msg=f"dest {dest} is a directory; give the library's file path (…/gpu_parsers.py)")

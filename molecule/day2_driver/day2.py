@@ -1,0 +1,156 @@
+#!/usr/bin/env python3
+"""TEST ONLY: the day-two sequence of molecule/day2_driver, run from its side_effect playbook.
+
+Every step is a real ansible-playbook run of the scenario's converge.yml (preflight + host layer) or
+preflight.yml against the box molecule created, with the inventory molecule built; a pin change is
+``-e nvidia_driver_version=...``, as a user would set it in the inventory. What each run reported
+(exit status, PLAY RECAP counts) and what the box holds afterwards (read with ``podman exec``: driver
+packages and versions, holds, the apt pin, the unattended-upgrades blacklist, the reboot gate's
+record, the simulated loaded module) is written to --out as JSON; tests/test_day2_driver.py asserts it.
+
+SIMULATED: a container cannot reboot; simulate_reboot.yml stands in for it (the simulated sysfs shows
+the module of the installed build loaded, then the reboot gate's own after-reboot record runs). Only
+the GPU edge is simulated; the packages are Debian 12's real driver 535 builds.
+"""
+
+from __future__ import annotations
+
+import argparse
+import configparser
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PIN_A = "535.261.03-1"  # bookworm/non-free
+PIN_B = "535.309.01-0+deb12u1"  # bookworm-security/non-free
+BAD_PIN = "535.1.2-1"  # in neither suite
+SYSFS = "/srv/gpubox-sim/root"
+
+
+class Box:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def sh(self, script: str) -> str:
+        out = subprocess.run(
+            ["podman", "exec", self.name, "bash", "-c", script], capture_output=True, text=True, check=False
+        )
+        return out.stdout
+
+    def snapshot(self) -> dict:
+        rows = self.sh(
+            "dpkg-query -W -f='${binary:Package} ${Version} ${source:Package} ${db:Status-Abbrev}\\n'"
+        ).splitlines()
+        driver = {}
+        for row in rows:
+            parts = row.split()
+            if len(parts) >= 4 and parts[2] == "nvidia-graphics-drivers" and parts[3] in ("ii", "hi"):
+                driver[parts[0]] = parts[1]
+        gate = self.sh("cat /etc/ansible/facts.d/gpubox_reboot.fact 2>/dev/null")
+        return {
+            "driver_packages": driver,
+            "held": sorted(self.sh("apt-mark showhold").split()),
+            "pref": self.sh("cat /etc/apt/preferences.d/60-gpubox-nvidia-driver.pref 2>/dev/null"),
+            "uu_blacklist": self.sh("apt-config dump Unattended-Upgrade::Package-Blacklist"),
+            "gate": json.loads(gate) if gate.strip() else None,
+            "loaded_module": self.sh(f"cat {SYSFS}/sys/module/nvidia/version 2>/dev/null").strip(),
+            "dkms_status": self.sh("dkms status 2>&1"),
+        }
+
+
+def fact_cache_dir() -> Path | None:
+    cfg = os.environ.get("ANSIBLE_CONFIG")
+    if not cfg:
+        return None
+    parser = configparser.ConfigParser()
+    parser.read(cfg)
+    conn = parser.get("defaults", "fact_caching_connection", fallback=None)
+    return (Path(cfg).parent / conn) if conn else None
+
+
+def cached_facts(host: str) -> dict:
+    """The facts Ansible's jsonfile cache holds for ``host`` (a file named after it; 2.19 wraps them)."""
+    directory = fact_cache_dir()
+    for path in sorted(directory.glob(f"*{host}")) if directory and directory.is_dir() else []:
+        try:
+            data = json.loads(path.read_text())
+            return json.loads(data["__payload__"]) if "__payload__" in data else data
+        except (OSError, ValueError, KeyError):
+            continue
+    return {}
+
+
+def playbook(inventory: str, host: str, book: Path, *extra: str) -> dict:
+    cmd = ["ansible-playbook", "-i", inventory, "-l", host, str(book), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    out = proc.stdout + proc.stderr
+    recap = re.search(
+        rf"^{re.escape(host)}\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M
+    )
+    counts = dict(zip(("ok", "changed", "unreachable", "failed"), map(int, recap.groups()))) if recap else None
+    print(f"day2: {' '.join(cmd[5:]) or book.name}: rc={proc.returncode} {counts}", flush=True)
+    return {"cmd": cmd, "rc": proc.returncode, "recap": counts, "output_tail": out[-6000:]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--inventory", required=True)
+    ap.add_argument("--host", required=True)
+    ap.add_argument("--out", type=Path, required=True)
+    args = ap.parse_args(argv)
+    box = Box(args.host)
+    converge = HERE / "converge.yml"
+    steps: dict[str, dict] = {}
+
+    def step(name: str, book: Path, *extra: str) -> None:
+        steps[name] = playbook(args.inventory, args.host, book, *extra)
+        steps[name]["box"] = box.snapshot()
+
+    def reboot(name: str) -> None:
+        step(name, HERE / "simulate_reboot.yml")
+
+    # 1. the dry run on the converged box: nothing to change
+    step("check_converged", converge, "--check", "--diff")
+    # 2. a pin the archive does not offer: refused by preflight, nothing changed
+    step("bad_pin", ROOT / "playbooks" / "preflight.yml", "-e", f"nvidia_driver_version={BAD_PIN}")
+    # 3. reboot into the first build; the next run has nothing to do and no reason to reboot
+    reboot("reboot_into_a")
+    step("after_reboot_a", converge)
+    # 4. stale facts: the fact cache now holds the facts of step 3 (its reboot record: nothing pending);
+    #    behind Ansible's back the box loads another build. The decision must use the live value.
+    cached = cached_facts(args.host)
+    steps["stale_cache_before"] = {
+        "cached_reboot_record": (cached.get("ansible_local") or {}).get("gpubox_reboot"),
+        "cached_kernel": cached.get("ansible_kernel"),
+    }
+    box.sh(
+        "python3 /usr/local/libexec/gpubox-sim/make_sysfs.py --module-version 535.309.01 "
+        f"/usr/share/gpubox-sim/fixtures/$(cat /etc/gpubox-sim/box)/sysfs.json {SYSFS}"
+    )
+    step("stale_facts", converge)
+    reboot("reboot_after_stale")  # back into the installed build (A) before the pin moves
+    # 5. upgrade: move the pin to B, reboot, run again
+    step("upgrade", converge, "-e", f"nvidia_driver_version={PIN_B}")
+    reboot("reboot_into_b")
+    step("after_reboot_b", converge, "-e", f"nvidia_driver_version={PIN_B}")
+    # 6. downgrade: back to A, reboot, run again
+    step("downgrade", converge, "-e", f"nvidia_driver_version={PIN_A}")
+    reboot("reboot_back_into_a")
+    step("after_reboot_back_a", converge, "-e", f"nvidia_driver_version={PIN_A}")
+
+    args.out.write_text(json.dumps({"pins": [PIN_A, PIN_B], "bad_pin": BAD_PIN, "steps": steps}, indent=1))
+    failed = [name for name, s in steps.items() if s.get("rc") not in (None, 0) and name != "bad_pin"]
+    if failed:
+        for name in failed:
+            print(f"day2: step {name} failed:\n{steps[name]['output_tail']}", file=sys.stderr)
+    # The verifier judges every step; a failed run is reported here too, for the log.
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Verify day two of the host layer: what day2.py recorded at each step, and the box at the end.
+
+Each step is a real ansible-playbook run (molecule/day2_driver/day2.py); the reboots are SIMULATED
+(simulate_reboot.yml). Every assertion reads what the roles produced on the box or what the run
+reported; a pin change that does nothing, a reboot reason on every run, a decision on a cached fact or
+a failing dry run each fails one of them.
+"""
+
+import json
+
+import pytest
+
+PIN_A = "535.261.03-1"
+PIN_B = "535.309.01-0+deb12u1"
+NAMED = ["nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp"]
+
+
+@pytest.fixture(scope="module")
+def day2(host):
+    return json.loads(host.file("/var/lib/gpubox-sim/day2-driver.json").content_string)
+
+
+def _ok(step):
+    assert step["rc"] == 0, step["output_tail"]
+    assert step["recap"] is not None and step["recap"]["failed"] == 0, step["output_tail"]
+
+
+def _at(step, pin):
+    """Every installed package of the driver build is at ``pin``, held, pinned, blacklisted."""
+    box = step["box"]
+    pkgs = box["driver_packages"]
+    for name in NAMED:
+        assert any(p.split(":")[0] == name for p in pkgs), (name, pkgs)
+    assert len(pkgs) >= len(NAMED), pkgs
+    assert set(pkgs.values()) == {pin}, pkgs  # every package of the source, not only the named ones
+    for name in pkgs:
+        assert name in box["held"] or name.split(":")[0] in box["held"], (name, box["held"])
+    assert f"Pin: version {pin}" in box["pref"]
+    for prefix in ("nvidia-", "libnvidia-", "libcuda"):
+        assert f'"{prefix}"' in box["uu_blacklist"], box["uu_blacklist"]
+
+
+def _settled(step, pin):
+    """A run after the (simulated) reboot into ``pin``: nothing changed, no reboot reason."""
+    _ok(step)
+    assert step["recap"]["changed"] == 0, step["output_tail"]
+    gate = step["box"]["gate"]
+    assert gate["reasons"] == [] and gate["decision"] == "none", gate
+    assert step["box"]["loaded_module"] == pin.split("-")[0]
+    _at(step, pin)
+
+
+def _driver_reasons(gate, old, new):
+    return [r for r in gate["reasons"] if new in r and old.split("-")[0] in r]
+
+
+def test_dry_run_on_the_converged_box_changes_nothing(day2):
+    step = day2["steps"]["check_converged"]
+    _ok(step)
+    assert step["recap"]["changed"] == 0, step["output_tail"]
+    assert "--check" in step["cmd"] and "--diff" in step["cmd"]
+
+
+def test_pin_the_archive_lacks_is_refused_by_preflight_before_any_change(day2):
+    step = day2["steps"]["bad_pin"]
+    assert step["rc"] != 0
+    assert step["recap"]["changed"] == 0
+    out = step["output_tail"]
+    assert f"nvidia_driver_version={day2['bad_pin']} is not offered" in out, out
+    assert PIN_A in out and PIN_B in out, out  # the versions the archive offers are listed
+    assert "gpubox preflight refused this box" in out
+    _at(step, PIN_A)
+
+
+def test_run_after_reboot_into_first_pin_is_settled(day2):
+    _settled(day2["steps"]["after_reboot_a"], PIN_A)
+
+
+def test_decision_on_live_loaded_module_not_the_fact_cache(day2):
+    # the fact cache (ansible.cfg) described the box of the run before: its reboot record said
+    # nothing is pending; then, behind Ansible's back, module 535.309.01 was loaded
+    cached = day2["steps"]["stale_cache_before"]
+    assert cached["cached_kernel"], cached  # the cache was there to be (mis)used
+    assert cached["cached_reboot_record"]["decision"] == "none", cached
+    step = day2["steps"]["stale_facts"]
+    _ok(step)
+    gate = step["box"]["gate"]
+    assert _driver_reasons(gate, PIN_B, PIN_A), gate  # installed A, loaded 535.309.01: decided live
+    assert gate["decision"] == "skipped", gate
+
+
+@pytest.mark.parametrize(
+    ("move", "settle", "old", "new"),
+    [
+        ("upgrade", "after_reboot_b", PIN_A, PIN_B),
+        ("downgrade", "after_reboot_back_a", PIN_B, PIN_A),
+    ],
+)
+def test_pin_change_moves_every_package_and_asks_one_reboot(day2, move, settle, old, new):
+    step = day2["steps"][move]
+    _ok(step)
+    assert step["recap"]["changed"] > 0
+    _at(step, new)
+    gate = step["box"]["gate"]
+    # one decision (the container skips it: gpubox_reboot_skip first), one reason naming both builds
+    assert gate["decision"] == "skipped" and gate["skipped_by"] == "gpubox_reboot_skip", gate
+    assert len(_driver_reasons(gate, old, new)) == 1, gate
+    # after the simulated reboot into the new build: changed=0, no reason
+    _settled(day2["steps"][settle], new)
+
+
+def test_box_ends_on_the_first_pin_held(host):
+    for name in NAMED:
+        assert host.package(name).version == PIN_A, name
+    held = host.check_output("apt-mark showhold").split()
+    for name in NAMED:
+        assert name in held or f"{name}:amd64" in held, name
