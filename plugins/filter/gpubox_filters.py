@@ -111,6 +111,8 @@ def networks_by_family(value: Any, name: str = "networks") -> dict[str, list[str
         return net_checks.split_families(net_checks.networks(name, value))
     except net_checks.NetworkError as exc:
         raise AnsibleFilterError(f"gpubox.gpubox.networks_by_family: {exc}") from exc
+
+
 def kernel_module_plan(
     packages: Any, policy: str | None = None, secure_boot: bool = False, signed: bool = False, branch: str = "535"
 ) -> dict:
