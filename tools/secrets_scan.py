@@ -56,9 +56,10 @@ def write_baseline() -> None:
         get_settings().filters["detect_secrets.filters.regex.should_exclude_secret"] = {"pattern": [EXCLUDE_SECRETS]}
         secrets = baseline.create(*tracked_files(), root=str(ROOT))
         data = baseline.format_for_output(secrets)
-    for results in data["results"].values():
+    for name, results in data["results"].items():
         for result in results:
             result["is_secret"] = False  # audited: only public checksums and fingerprints are recorded
+            result["filename"] = name  # relative: the baseline holds for any checkout path (CI clones elsewhere)
     BASELINE.write_text(json.dumps(data, indent=2, sort_keys=True) + "\n")
 
 
@@ -69,6 +70,10 @@ def new_findings(paths: list[str], baseline_path: Path = BASELINE) -> list[tuple
     from detect_secrets.settings import transient_settings
 
     recorded = baseline.load_from_file(str(baseline_path))
+    # The baseline names files relative to the repository; the scan names them under this checkout.
+    for name, results in recorded["results"].items():
+        for result in results:
+            result["filename"] = str(ROOT / name)
     with transient_settings({"plugins_used": recorded["plugins_used"], "filters_used": recorded["filters_used"]}):
         known = baseline.load(recorded, str(baseline_path))
         found = SecretsCollection(root=str(ROOT))

@@ -39,6 +39,9 @@ DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
         "[Service]\nUser=prometheus\nExecStart=/usr/bin/prometheus-node-exporter\n",
     ),
 }
+# The model store's transient unit (systemd-run): its properties are model_publish.sandbox_properties,
+# scored as a unit file with the ExecStart the store gives it.
+FETCH_UNIT = "gpubox-model-fetch-example.service"
 # The ceiling issue 9 sets for every gpubox unit.
 MAX_EXPOSURE = 2.5
 _OVERALL = re.compile(r"Overall exposure level for \S+: (\d+(?:\.\d+)?)")
@@ -79,7 +82,18 @@ def render_units(group: str = "gpu_2x3090", host: str = "unit-security-box") -> 
         variables = vm.get_vars(play=play, host=inv.get_host(host))
         templar = Templar(loader=loader, variables=variables)
         out[unit] = packaged + templar.template(trust_as_template((ROOT / template).read_text()))
+    out[FETCH_UNIT] = fetch_unit()
     return out
+
+
+def fetch_unit() -> str:
+    """The model download's transient unit as a unit file: the properties the store passes to systemd-run."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish
+
+    staging = Path("/data/models/.staging/example@0123456789abcdef")
+    props = model_publish.sandbox_properties(staging, "gpubox-fetch", 14400)
+    argv = ["/opt/gpubox/venv/bin/modelscope", "download", "--model", "Owner/example", "--local_dir", str(staging)]
+    return "[Service]\n" + "\n".join(props) + "\nExecStart=" + " ".join(argv) + "\n"
 
 
 def parse_exposure(report: str) -> float:

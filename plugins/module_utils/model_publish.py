@@ -988,6 +988,21 @@ def sandbox_properties(staging: Path, user: str, runtime_max: int) -> list[str]:
         "LockPersonality=yes",
         "RestrictRealtime=yes",
         "RestrictAddressFamilies=AF_UNIX AF_INET AF_INET6",
+        "SystemCallFilter=@system-service",
+        "SystemCallFilter=~@privileged @resources",
+        "SystemCallErrorNumber=EPERM",
+        "SystemCallArchitectures=native",
+        "RestrictNamespaces=yes",
+        "ProtectProc=invisible",
+        "ProcSubset=pid",
+        "RemoveIPC=yes",
+        "PrivateUsers=yes",
+        "PrivateMounts=yes",
+        "AmbientCapabilities=",
+        "DevicePolicy=closed",
+        "KeyringMode=private",
+        # Not MemoryDenyWriteExecute: Python's ctypes callbacks may need writable+executable memory.
+        # Not PrivateNetwork/IPAddressDeny: it downloads from the hub (or a LAN mirror) over the network.
         "KillMode=control-group",
         f"RuntimeMaxSec={max(1, runtime_max)}",
     ]
