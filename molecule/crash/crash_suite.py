@@ -52,6 +52,8 @@ STAGED = f"{MODEL_ROOT}/.staging/tiny-qwen2@*"
 DPKG = "log:/var/log/dpkg.log:status half-installed "
 PIP = r"proc:-m pip install .*requirements"
 VLLM = r"vllm\.entrypoints\.openai\.api_server"
+# The model_store module itself (not its async_wrapper, which outlives it for a moment).
+MODULE = r"proc:^\S*python\S* \S*AnsiballZ_model_store\.py"
 POINTS = [
     Point("apt-driver", "dpkg unpacking/configuring the NVIDIA driver packages", [DPKG + "nvidia"], "freeze"),
     Point("apt-cuda", "dpkg unpacking/configuring the CUDA packages", [DPKG + "cuda"], "kill"),
@@ -62,13 +64,13 @@ POINTS = [
     Point(
         "download-ssh",
         "the model client mid-download (re-run)",
-        [f"file:{STAGED}/**/*{WEIGHTS}*:900000", "proc:AnsiballZ_model_store"],
+        [f"file:{STAGED}/**/*{WEIGHTS}*:900000", MODULE],
         "kill",
     ),
     Point(
         "before-publish",
         "download complete in staging, not yet published",
-        [f"staged:{STAGED}:{HUB_MODEL}", "proc:AnsiballZ_model_store"],
+        [f"staged:{STAGED}:{HUB_MODEL}", MODULE],
         "kill",
     ),
     Point("unit-start", "vllm.service starting (engine loading)", [f"young:{VLLM}:2:30"], "freeze"),

@@ -14,7 +14,8 @@ Conditions (all must hold at once):
     young:REGEX:MIN:MAX     such a process that has run between MIN and MAX seconds (a fresh start)
     file:GLOB:MIN           a file matching the recursive GLOB with at least MIN bytes
     staged:GLOB:SOURCE      a staging directory matching GLOB holds every file of SOURCE at its full
-                            size (the download is complete) while the live link is not on it yet
+                            size (the download is complete) while the live link (the staging
+                            directory's name before the "@", beside .staging) is not on that commit
 --after S: the conditions must have held for S seconds (a process well into its work).
 
 Actions:
@@ -141,6 +142,10 @@ def holds(cond: str, procs: dict[int, tuple[int, str]]) -> str | None:
             if p.is_file() and not any(part.startswith(".") for part in p.relative_to(source).parts)
         }
         for staging in glob.glob(pattern):
+            name, _, commit = Path(staging).name.partition("@")
+            live = Path(staging).parent.parent / name
+            if live.is_symlink() and Path(os.readlink(live)).name.startswith(f"{name}@{commit}"):
+                continue  # already published
             try:
                 if all(os.path.getsize(os.path.join(staging, rel)) == size for rel, size in wanted.items()):
                     return staging

@@ -11,7 +11,8 @@ import json
 import os
 from pathlib import Path
 
-RESULTS = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "crash" / "results.json"
+# Beside the scenario's log (tools/run_scenarios.py): .cache/molecule-logs/crash/ (per-run logs, results).
+RESULTS = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "/nonexistent")) / ".cache/molecule-logs/crash/results.json"
 WATCHER = "/usr/local/libexec/gpubox-crash/watcher.py"
 
 COMPLETE = r"""
