@@ -27,7 +27,7 @@ def test_every_unit_template_is_measured() -> None:
     assert hardening == {template for _roles, template, _packaged in unit_security.DROP_INS.values()}
 
 
-@pytest.mark.parametrize("unit", sorted({**unit_security.UNITS, **unit_security.DROP_INS}) + [unit_security.FETCH_UNIT])
+@pytest.mark.parametrize("unit", [*sorted({**unit_security.UNITS, **unit_security.DROP_INS}), unit_security.FETCH_UNIT])
 def test_exposure_at_most_2_5(rendered: dict[str, str], unit: str) -> None:
     result = unit_security.exposure(unit, rendered[unit])
     assert result.score <= unit_security.MAX_EXPOSURE, result.report
