@@ -37,3 +37,10 @@ def test_plays_with_roles_drop_cached_facts_and_gather_first(playbook):
         # the same tags as the play's roles, so that a --tags run of any layer re-gathers too
         role_tags = {t for r in play["roles"] for t in r.get("tags", [])}
         assert set(first["tags"]) == set(second["tags"]) == role_tags
+
+
+def test_the_serving_play_gathers_the_addresses_the_front_door_names():
+    # the front door's self-signed certificate names the box's addresses (all_ipv4_addresses): without
+    # the network subset a client reaching the box by its LAN address could not verify it
+    serving = yaml.safe_load((ROOT / "playbooks/serving.yml").read_text())[0]["pre_tasks"][1]
+    assert "network" in serving["ansible.builtin.setup"]["gather_subset"]
