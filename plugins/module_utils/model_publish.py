@@ -975,6 +975,9 @@ def sandbox_properties(staging: Path, user: str, runtime_max: int) -> list[str]:
         "ProtectHome=yes",
         "PrivateTmp=yes",
         "PrivateDevices=yes",
+        # PrivateDevices keeps the host's /dev/shm (world-writable): a private one instead, so a hostile
+        # listing's /dev/shm/... lands nowhere the box can see (found by molecule/crash's hostile hub).
+        "TemporaryFileSystem=/dev/shm:mode=1777",
         "PrivateIPC=yes",
         "NoNewPrivileges=yes",
         "CapabilityBoundingSet=",
