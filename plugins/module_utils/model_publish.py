@@ -625,8 +625,6 @@ def assemble(
     listing: Listing,
     download_uid: int,
     own_inodes: set[tuple[int, int]],
-    uid: int | None,
-    gid: int | None,
 ) -> Path:
     """The only root step on what the client wrote: move exactly the listed files out of staging into
     a fresh root-owned directory. Each must be reached through plain directories (no symlink), be a
@@ -657,8 +655,7 @@ def assemble(
         finally:
             os.close(src_dir)
             os.close(dst_dir)
-    set_tree_ownership(target, uid, gid)
-    return target
+    return target  # ownership and modes: set once by the caller, after the manifest is written
 
 
 def prune_versions(layout: StoreLayout, keep: int, also_keep: Path | None = None) -> list[Path]:
@@ -1481,7 +1478,7 @@ def _converge(
     result.refused_files = [p for p in extra_files(staging, listing.files) if p.split("/")[0] not in CLIENT_BOOKKEEPING]
     progress.phase = "publishing"
     write_progress(progress_path, progress)
-    assembled = assemble(layout, staging, listing, dl_uid, _inodes(live), uid, gid)
+    assembled = assemble(layout, staging, listing, dl_uid, _inodes(live))
     manifest = write_manifest(assembled, listing, req.endpoint)
     set_tree_ownership(assembled, uid, gid)
     fsync_tree(assembled)
