@@ -57,7 +57,7 @@ public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.
   vllm PR #14447 = 430 MiB from 24576). Pass ``gpu["memory_reserved_mib"]`` when it is known
   (``nvidia-smi -q``: FB Memory Usage / Reserved).
 
-Weights per GPU are ``weights_bytes / (tp * pp)``, where ``weights_bytes`` is the total size of the
+Weights per GPU are ``weights_bytes / (tp * pp)`` plus the rotary embedding's cos/sin cache, where ``weights_bytes`` is the total size of the
 checkpoint's weight files (safetensors or .gguf); vLLM's own figure is within ~0.2 GiB of that for the
 calibration cases (e.g. Qwen2.5-32B tp2: 30.51 planned, 30.71 logged). bitsandbytes quantizes an
 unquantized checkpoint while loading it: when ``weights_bytes`` is at least the linear layers at the
@@ -65,6 +65,12 @@ model's dtype, the linear layers count at ``BNB_4BIT_BYTES_PER_PARAM`` (nf4 + do
 vLLM's in-flight ``quantize_4bit(compress_statistics=True)``) and the rest as stored. GPTQ/AWQ/GGUF/fp8
 checkpoints are already quantized, so their files are their weights; a ``weights_bytes`` that is as large
 as the unquantized linear layers is refused. ``weights_source`` in the plan says where the figure came from.
+The cos/sin cache (vllm/model_executor/layers/rotary_embedding.py ``RotaryEmbedding.__init__``: a buffer of
+``max_position_embeddings x rotary_dim`` in the model's dtype, built from config.json's
+``max_position_embeddings`` whatever ``max_model_len`` is, one per process and not split by tp) is allocated
+while the model loads, so vLLM counts it in "model weights take": 32 MiB for a 131072-position model,
+0.24 GiB for Qwen2.5-7B-Instruct-1M's 1010000 positions (the longctx-wsl case logs 5.43 GiB, the files
+alone give 5.17). The planner takes ``rotary_dim = head_dim`` (partial-rotary models over-count a little).
 
 Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
 ``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
@@ -195,6 +201,7 @@ class ServingFacts:
 @dataclass
 class Plan:
     weights_gib_per_gpu: float = 0.0
+    rotary_cache_gib: float = 0.0
     activation_peak_gib: float = 0.0
     mlp_peak_gib: float = 0.0
     sampler_peak_gib: float = 0.0
@@ -423,6 +430,12 @@ def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
     return 2 * layers_per_gpu * kv_heads_per_gpu * model.head_dim * serving.kv_dtype_bytes
 
 
+def rotary_cache_bytes(model: ModelFacts) -> int:
+    """The rotary embedding's cos/sin cache on every GPU: max_position_embeddings x head_dim in the model's dtype."""
+    act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
+    return model.max_position_embeddings * model.head_dim * act_bytes
+
+
 def mlp_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     """Calibrated MLP live set of the forward pass over max_num_batched_tokens (every rank)."""
     act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
@@ -482,7 +495,7 @@ def _topology_errors(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts) ->
 def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: Plan) -> None:
     total_bytes = (gpu.total_mib - gpu.reserved_mib) * MIB
     budget = total_bytes * serving.utilization
-    weights = model.weights_bytes / (serving.tp * serving.pp)
+    weights = model.weights_bytes / (serving.tp * serving.pp) + rotary_cache_bytes(model)
     activation = activation_peak_bytes(model, serving)
     non_torch = non_torch_gib(serving) * GIB
     kv_bytes = budget - weights - activation - non_torch
@@ -491,6 +504,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
 
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu = weights / GIB
+    result.rotary_cache_gib = rotary_cache_bytes(model) / GIB
     result.activation_peak_gib = activation / GIB
     result.mlp_peak_gib = mlp_peak_bytes(model, serving) / GIB
     result.sampler_peak_gib = sampler_peak_bytes(model, serving) / GIB
@@ -563,6 +577,7 @@ def plan(model: dict, gpu: dict, serving: dict) -> dict:
 PLAN_ROWS = (
     ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
     ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
+    ("  rotary cos/sin", "rotary_cache_gib", "{:.2f} GiB"),
     ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
     ("  MLP live set", "mlp_peak_gib", "{:.2f} GiB"),
     ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),

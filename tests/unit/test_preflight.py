@@ -487,7 +487,8 @@ def test_serving_scenario_plans_its_tiny_model_from_the_inventory() -> None:
     result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["errors"] == []
     assert result["plan"]["fits"] is True
-    assert result["plan"]["weights_gib_per_gpu"] == pytest.approx(2_628_800 / GIB, rel=0.01)
+    # its model.safetensors plus the rotary cos/sin cache (2048 positions x head_dim 64 x float32, the serving dtype)
+    assert result["plan"]["weights_gib_per_gpu"] == pytest.approx((2_628_800 + 2048 * 64 * 4) / GIB, rel=0.01)
     without = {k: v for k, v in config.items() if k != "gpubox_model_config"}
     errors = preflight_checks.preflight(healthy_host("gpu_2x3090"), without)["errors"]
     assert any("not in the capacity catalog" in e and "gpubox_model_config" in e for e in errors)
