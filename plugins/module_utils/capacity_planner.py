@@ -57,20 +57,21 @@ public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.
   vllm PR #14447 = 430 MiB from 24576). Pass ``gpu["memory_reserved_mib"]`` when it is known
   (``nvidia-smi -q``: FB Memory Usage / Reserved).
 
-Weights per GPU are ``weights_bytes / (tp * pp)`` plus the rotary embedding's cos/sin cache, where ``weights_bytes`` is the total size of the
-checkpoint's weight files (safetensors or .gguf); vLLM's own figure is within ~0.2 GiB of that for the
-calibration cases (e.g. Qwen2.5-32B tp2: 30.51 planned, 30.71 logged). bitsandbytes quantizes an
-unquantized checkpoint while loading it: when ``weights_bytes`` is at least the linear layers at the
-model's dtype, the linear layers count at ``BNB_4BIT_BYTES_PER_PARAM`` (nf4 + double-quantized absmax,
-vLLM's in-flight ``quantize_4bit(compress_statistics=True)``) and the rest as stored. GPTQ/AWQ/GGUF/fp8
-checkpoints are already quantized, so their files are their weights; a ``weights_bytes`` that is as large
-as the unquantized linear layers is refused. ``weights_source`` in the plan says where the figure came from.
-The cos/sin cache (vllm/model_executor/layers/rotary_embedding.py ``RotaryEmbedding.__init__``: a buffer of
-``max_position_embeddings x rotary_dim`` in the model's dtype, built from config.json's
-``max_position_embeddings`` whatever ``max_model_len`` is, one per process and not split by tp) is allocated
-while the model loads, so vLLM counts it in "model weights take": 32 MiB for a 131072-position model,
-0.24 GiB for Qwen2.5-7B-Instruct-1M's 1010000 positions (the longctx-wsl case logs 5.43 GiB, the files
-alone give 5.17). The planner takes ``rotary_dim = head_dim`` (partial-rotary models over-count a little).
+Weights per GPU are ``weights_bytes / (tp * pp)`` plus the rotary embedding's cos/sin cache (below), where
+``weights_bytes`` is the total size of the checkpoint's weight files (safetensors or .gguf); vLLM's own
+figure is within ~0.2 GiB of that for the calibration cases (e.g. Qwen2.5-32B tp2: 30.52 planned, 30.71
+logged). bitsandbytes quantizes an unquantized checkpoint while loading it: when ``weights_bytes`` is at
+least the linear layers at the model's dtype, the linear layers count at ``BNB_4BIT_BYTES_PER_PARAM`` (nf4
++ double-quantized absmax, vLLM's in-flight ``quantize_4bit(compress_statistics=True)``) and the rest as
+stored. GPTQ/AWQ/GGUF/fp8 checkpoints are already quantized, so their files are their weights; a
+``weights_bytes`` that is as large as the unquantized linear layers is refused. ``weights_source`` in the
+plan says where the figure came from. The cos/sin cache (vllm/model_executor/layers/rotary_embedding.py
+``RotaryEmbedding.__init__``: a buffer of ``max_position_embeddings x rotary_dim`` in the model's dtype,
+built from config.json's ``max_position_embeddings`` whatever ``max_model_len`` is, one per process and
+not split by tp) is allocated while the model loads, so vLLM counts it in "model weights take": 32 MiB for
+a 131072-position model, 0.24 GiB for Qwen2.5-7B-Instruct-1M's 1010000 positions (the longctx-wsl case
+logs 5.43 GiB, the files alone give 5.17). The planner takes ``rotary_dim = head_dim`` (partial-rotary
+models over-count a little).
 
 Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
 ``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
