@@ -39,11 +39,17 @@ public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.
   - sampler live set = ``SAMPLER_BYTES * S * vocab + T * hidden * act_bytes``: the model's output hidden
     states stay referenced while the sampler runs; the caller keeps the bf16 logits (2 B per entry);
     the sampler casts them to fp32 (4 B) and ``_apply_top_k_top_p`` sorts each row (fp32 values 4 B and
-    int64 indices 8 B, plus the sort's own buffers). Measured with torch's allocator on an H200 by
+    int64 indices 8 B, plus the sort's own buffers). Counted from the 0.7.3 code: during the sort 18 B per
+    entry are referenced (caller's bf16 logits 2, fp32 logits 4, sorted values 4, indices 8) plus the sort's
+    scratch; at the scatter that re-sorts the masked logits 32 B (those 18, top-k mask 1, ``probs_sort`` 4,
+    ``probs_sum`` 4, top-p mask 1, the scatter's output 4); the later softmax/log_softmax/exponential phase
+    about 22 B. Measured with torch's allocator on an H200 by
     bench/sampler_peak.py (torch 2.11; vLLM 0.7.3 ships 2.5.1): 38 B per (sequence x vocab entry) for
     1 or >= 128 sequences (the sort keeps 20 B of scratch) and 50 B for 2-127 sequences (another
     segmented-sort path). Checked on public logs: Llama-3-8B at 256 sequences logs 1.26 GiB at tp 1 and
     at tp 2 (vLLM PR #10511), the tp-independent peak that only the sampler gives; the model says 1.22.
+    DeepSeek-R1-Distill-Qwen-1.5B (vocab 151936) at 256 sequences logs 1.39 GiB (vllm#12529), 8x its MLP
+    live set; the model says 1.38.
   - ``ACTIVATION_FACTOR = 1.45``: measured/modelled MLP ratio of the cases whose peak is the MLP: 1.61 on
     the non-driver rank of a Qwen2.5-14B-architecture model tp2 at 2048 tokens (vllm#13061) and 1.31 for
     Qwen2.5-32B tp2 at 10000 tokens (vllm#15815). The remainder is allocator slack and attention
