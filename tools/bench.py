@@ -186,22 +186,25 @@ def report(results: list[dict[str, Any]], per_call_s: float) -> str:
         "",
         "KV cache error by class (GiB per GPU; a quantized case that failed counts in both):",
         "",
-        "| class | cases | median abs KV error |",
-        "|---|---:|---:|",
+        "| class | cases | median abs KV error | max abs KV error | KV error per case |",
+        "|---|---:|---:|---:|---|",
     ]
     for name in CLASSES:
-        errors = [
-            abs(r["rows"]["kv_cache_gib"]["error"])
+        members = [
+            r
             for r in results
             if name in r["class"].split(", ")
             and "kv_cache_gib" in r["rows"]
             and r["rows"]["kv_cache_gib"]["logged"] is not None
         ]
+        errors = [abs(r["rows"]["kv_cache_gib"]["error"]) for r in members]
         median = fmt(float(statistics.median(errors))) if errors else "-"
-        lines.append(f"| {name} | {len(errors)} | {median} |")
+        worst = fmt(float(max(errors))) if errors else "-"
+        per_case = ", ".join(f"{r['id']} {r['rows']['kv_cache_gib']['error']:+.2f}" for r in members) or "-"
+        lines.append(f"| {name} | {len(errors)} | {median} | {worst} | {per_case} |")
     if abs_errors["kv_cache_gib"]:
         every = abs_errors["kv_cache_gib"]
-        lines.append(f"| all | {len(every)} | {fmt(float(statistics.median(every)))} |")
+        lines.append(f"| all | {len(every)} | {fmt(float(statistics.median(every)))} | {fmt(float(max(every)))} | - |")
     lines += ["", "| case | class | vLLM | plan | verdict |", "|---|---|---|---|---|"]
     for result in results:
         v = result["verdict"]
