@@ -4,8 +4,8 @@
 For every public start-up log in tests/data/calibration/*.yml, print and write the planner's
 prediction next to vLLM's logged numbers (weights, activation, non-torch, KV GiB, GPU blocks), the
 error per case, the KV error per class (dense bf16/fp16, quantized, failures) with each class's median
-and the median over all cases, and each case's verdict (starts / does not start / refused), then time
-plan() itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
+and the median over all cases, and each case's verdict (starts / does not start / refused), then the same
+medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan() itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
@@ -219,6 +219,58 @@ def report(results: list[dict[str, Any]], per_call_s: float) -> str:
     return "\n".join(lines)
 
 
+# Modelled terms whose share of the KV error the ablation shows: planner function -> what it stands for.
+ABLATED_TERMS = {
+    "sampler_peak_bytes": "sampler live set (driver's top-k/top-p pass over max_num_seqs x vocab)",
+    "rotary_cache_bytes": "rotary cos/sin cache in the weights",
+}
+
+
+def class_kv_medians(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Median absolute KV error per class and over all cases."""
+    medians: dict[str, float | None] = {}
+    for name in (*CLASSES, "all"):
+        errors = [
+            abs(r["rows"]["kv_cache_gib"]["error"])
+            for r in results
+            if "kv_cache_gib" in r["rows"]
+            and r["rows"]["kv_cache_gib"]["logged"] is not None
+            and (name == "all" or name in r["class"].split(", "))
+        ]
+        medians[name] = float(statistics.median(errors)) if errors else None
+    return medians
+
+
+def ablation_report(cases: list[dict[str, Any]]) -> str:
+    """The median KV error per class with each modelled term left out in turn (the term returns 0)."""
+    header = " | ".join((*CLASSES, "all"))
+    lines = [
+        "",
+        "Median abs KV error per class (GiB) with one modelled term left out, to show what each term buys:",
+        "",
+        f"| planner | {header} | max abs, all | wrong verdicts |",
+        "|---|" + "---:|" * (len(CLASSES) + 3),
+    ]
+    variants = [("as shipped", None), *((f"without {label}", name) for name, label in ABLATED_TERMS.items())]
+    for label, name in variants:
+        original = getattr(capacity_planner, name) if name else None
+        if name:
+            setattr(capacity_planner, name, lambda *args: 0)
+        try:
+            results = [compare_case(case) for case in cases]
+        finally:
+            if name:
+                setattr(capacity_planner, name, original)
+        medians = class_kv_medians(results)
+        wrong = sum(not r["verdict"]["ok"] for r in results)
+        cells = " | ".join(fmt(medians[c]) for c in (*CLASSES, "all"))
+        worst = max(
+            (abs(r["rows"]["kv_cache_gib"]["error"]) for r in results if "kv_cache_gib" in r["rows"]), default=None
+        )
+        lines.append(f"| {label} | {cells} | {fmt(worst)} | {wrong} |")
+    return "\n".join(lines) + "\n"
+
+
 def unit_exposure_report() -> str:
     """`systemd-analyze security --offline=yes` exposure of every gpubox unit, per topology."""
     # A process of its own: rendering needs Ansible's collection loader, which this process (that
@@ -254,8 +306,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
     args = parser.parse_args(argv)
-    results = [compare_case(case) for case in load_cases()]
-    text = report(results, time_plan()) + unit_exposure_report()
+    cases = load_cases()
+    results = [compare_case(case) for case in cases]
+    text = report(results, time_plan()) + ablation_report(cases) + unit_exposure_report()
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -270,6 +270,17 @@ def test_without_the_sampler_term_small_models_overstate_the_kv_cache(monkeypatc
     assert row["error"] > 1.0
 
 
+def test_bench_ablation_shows_what_the_sampler_term_buys_and_restores_the_planner() -> None:
+    before = capacity_planner.sampler_peak_bytes
+    text = bench.ablation_report(CASES)
+    assert capacity_planner.sampler_peak_bytes is before
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in text.splitlines() if line.startswith("| ")}
+    shipped, without = rows["as shipped"], next(v for k, v in rows.items() if k.startswith("without sampler"))
+    all_column = len(bench.CLASSES) + 1
+    assert float(without[all_column]) > float(shipped[all_column])  # median abs KV error over all cases
+    assert float(without[all_column + 1]) > 1.0 > float(shipped[all_column + 1])  # worst case: the 1.5B model
+
+
 def test_rotary_cache_counts_in_the_weights_on_every_gpu() -> None:
     model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
     gpu = {"name": "RTX 3090", "count": 2, "memory_total_mib": 24576}
