@@ -5,7 +5,8 @@ For every public start-up log in tests/data/calibration/*.yml, print and write t
 prediction next to vLLM's logged numbers (weights, activation, non-torch, KV GiB, GPU blocks), the
 error per case, the KV error per class (dense bf16/fp16, quantized, failures) with each class's median
 and the median over all cases, and each case's verdict (starts / does not start / refused), then the same
-medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan() itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
+medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan()
+itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
