@@ -414,6 +414,10 @@ def _cache_url(name: str, value: Any) -> str:
 
 def fleet_cache_endpoints(url: str | None) -> dict[str, str]:
     """What a box uses for a (normalized) cache URL; all '' when there is no cache."""
+    try:
+        url = _cache_url("gpubox_fleet_cache_url", url) if url else None
+    except _Bad:
+        url = None  # reported by validate(); nothing is derived from a refused URL
     if not url:
         return {"apt_proxy": "", "pypi_index": "", "model_endpoint": ""}
     from urllib.parse import urlsplit

@@ -72,3 +72,8 @@ def test_a_cache_on_a_gpu_box_is_refused_naming_it() -> None:
     assert "box-a" in (state_checks.fleet_cache_host_problem("http://BOX-A", boxes) or "")
     assert state_checks.fleet_cache_host_problem("http://10.0.0.5", boxes) is None
     assert state_checks.fleet_cache_host_problem(None, boxes) is None
+
+
+def test_nothing_is_derived_from_a_refused_url() -> None:
+    state = state_checks.validate({"gpubox_fleet_cache_url": "http://u:p@cache.lan"})
+    assert state.public()["gpubox_fleet_cache"] == {"apt_proxy": "", "pypi_index": "", "model_endpoint": ""}
