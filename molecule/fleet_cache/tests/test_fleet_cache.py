@@ -112,7 +112,8 @@ def test_a_tampered_wheel_from_the_cache_is_refused() -> None:
     """pip checks each file against the sha256 the index page names: a cache whose stored wheel was
     changed cannot slip it into a box."""
     get = (
-        "rm -rf /tmp/fc-dl && /opt/gpubox/venv/bin/python -m pip download --no-deps --no-cache-dir --disable-pip-version-check "
+        "rm -rf /tmp/fc-dl && /opt/gpubox/venv/bin/python -m pip download --no-deps --no-cache-dir "
+        "--disable-pip-version-check "
         f"--index-url {CACHE_URL}/index/ --trusted-host 10.231.94.10 -d /tmp/fc-dl idna==3.20 2>&1"
     )
     assert sh(BOX2, get, check=False).returncode == 0  # control: the untouched cache serves it
