@@ -35,7 +35,7 @@ def test_no_cache_is_no_error_and_no_endpoint(value: Any) -> None:
         ("ftp://cache.lan", "over http or https only"),
         ("cache.lan:3142", "over http or https only"),
         ("http://", "over http or https only"),
-        ("http://user:pw@cache.lan", "carries credentials"),
+        ("http://user:pw@cache.lan", "carries credentials"),  # pragma: allowlist secret (a refused test input)
         ("http://token@cache.lan", "carries credentials"),
         ("http://cache.lan/mirror", "a path, query or fragment is not supported"),
         ("http://cache.lan/?x=1", "a path, query or fragment is not supported"),
@@ -75,7 +75,7 @@ def test_a_cache_on_a_gpu_box_is_refused_naming_it() -> None:
 
 
 def test_nothing_is_derived_from_a_refused_url() -> None:
-    state = state_checks.validate({"gpubox_fleet_cache_url": "http://u:p@cache.lan"})
+    state = state_checks.validate({"gpubox_fleet_cache_url": "http://u:p@cache.lan"})  # pragma: allowlist secret
     assert state.public()["gpubox_fleet_cache"] == {"apt_proxy": "", "pypi_index": "", "model_endpoint": ""}
 
 
