@@ -6,7 +6,8 @@ prediction next to vLLM's logged numbers (weights, activation, non-torch, KV GiB
 error per case, the KV error per class (dense bf16/fp16, quantized, failures) with each class's median
 and the median over all cases, and each case's verdict (starts / does not start / refused), then the same
 medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan()
-itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
+itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py),
+and reports the LAN cache's upstream bytes for N boxes / for 1 box from molecule/fleet_cache's results file.
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
@@ -303,13 +304,46 @@ def unit_exposure_report() -> str:
     return "\n".join(lines) + "\n"
 
 
+FLEET_CACHE_RESULTS = ROOT / ".cache" / "molecule-logs" / "fleet_cache-results.json"
+
+
+def fleet_cache_report(path: Path = FLEET_CACHE_RESULTS) -> str:
+    """Upstream bytes for N boxes / for 1 box behind the LAN cache (issue 8), from the results file the
+    molecule/fleet_cache scenario writes (the cache's own logs, read after each box). Never estimated."""
+    lines = ["", "## LAN cache: upstream bytes for N boxes / for 1 box", ""]
+    if not path.is_file():
+        lines.append(f"not measured: no {path.relative_to(ROOT)} (run the molecule/fleet_cache scenario).")
+        return "\n".join(lines) + "\n"
+    data = json.loads(path.read_text())
+    boxes = data["boxes"]
+    lines += [
+        "What the cache fetched upstream while each box converged (one box after the other): apt-cacher-ng's",
+        "transfer log (Debian's archive and the test CUDA repo), proxpi's downloads (PyPI wheels; index pages",
+        "not counted) and nginx's $upstream_bytes_received (the test hub). Source: "
+        f"{path.relative_to(ROOT)}, written by molecule/fleet_cache.",
+        "",
+        "| box | apt | PyPI | models | total upstream |",
+        "|---|---|---|---|---|",
+    ]
+    for row in boxes:
+        cells = [int(row[k]) for k in ("apt_upstream_bytes", "pypi_upstream_bytes", "models_upstream_bytes")]
+        lines.append(
+            f"| {row['box']} | " + " | ".join(f"{c:,}" for c in cells) + f" | {int(row['upstream_bytes']):,} |"
+        )
+    one = int(boxes[0]["upstream_bytes"])
+    total = sum(int(row["upstream_bytes"]) for row in boxes)
+    ratio = f"{total / one:.4f}" if one else "n/a (box 1 fetched nothing)"
+    lines += ["", f"Upstream bytes for {len(boxes)} boxes / for 1 box: {total:,} / {one:,} = {ratio} (goal: about 1)."]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
     args = parser.parse_args(argv)
     cases = load_cases()
     results = [compare_case(case) for case in cases]
-    text = report(results, time_plan()) + ablation_report(cases) + unit_exposure_report()
+    text = report(results, time_plan()) + ablation_report(cases) + unit_exposure_report() + fleet_cache_report()
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
