@@ -39,9 +39,15 @@ def worker(n: int, url: str, ctx: ssl.SSLContext, key: str, out, lock: threading
                 json.load(resp)
         except urllib.error.HTTPError as exc:
             status, error = exc.code, exc.read()[:200].decode("utf-8", "replace")
-        except Exception as exc:  # noqa: BLE001 - every failure is a result to count
+        except Exception as exc:
             error = f"{type(exc).__name__}: {exc}"[:200]
-        line = {"t": round(t0, 3), "session": session, "status": status, "error": error, "seconds": round(time.time() - t0, 3)}
+        line = {
+            "t": round(t0, 3),
+            "session": session,
+            "status": status,
+            "error": error,
+            "seconds": round(time.time() - t0, 3),
+        }
         with lock:
             out.write(json.dumps(line) + "\n")
             out.flush()
