@@ -31,7 +31,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("unit_state", "vllm unit"),
     ("unit_restarts", "NRestarts"),
 )
-FIELD_NAMES = tuple(name for name, _ in FIELDS)
+FIELD_NAMES = tuple(field[0] for field in FIELDS)
 
 
 def _norm(value: Any) -> Any:
@@ -87,10 +87,10 @@ def _cell(cell: Mapping[str, Any]) -> str:
 
 def markdown(report: Mapping[str, Any]) -> str:
     """The report as one Markdown table (a row per box), drifting values in bold with the reason."""
-    titles = [title for _, title in report["fields"]]
+    titles = [field[1] for field in report["fields"]]
     lines = ["| box | " + " | ".join(titles) + " |", "|---" * (len(titles) + 1) + "|"]
     for host, cells in report["hosts"].items():
-        lines.append(f"| {host} | " + " | ".join(_cell(cells[name]) for name, _ in report["fields"]) + " |")
+        lines.append(f"| {host} | " + " | ".join(_cell(cells[field[0]]) for field in report["fields"]) + " |")
     lines.append("")
     lines.append(f"{len(report['drift'])} drifting value(s)." if report["drift"] else "No drift.")
     return "\n".join(lines) + "\n"
