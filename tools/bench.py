@@ -334,6 +334,29 @@ def fleet_cache_report(path: Path = FLEET_CACHE_RESULTS) -> str:
     total = sum(int(row["upstream_bytes"]) for row in boxes)
     ratio = f"{total / one:.4f}" if one else "n/a (box 1 fetched nothing)"
     lines += ["", f"Upstream bytes for {len(boxes)} boxes / for 1 box: {total:,} / {one:,} = {ratio} (goal: about 1)."]
+
+
+def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
+    """Figures of the last molecule/fleet run, read from what it wrote (never made up here)."""
+    lines = ["", "# Fleet (molecule/fleet, last run on this machine)", ""]
+    converge, results = logs / "fleet.converge.json", logs / "fleet.results.json"
+    if not converge.is_file() and not results.is_file():
+        return "\n".join([*lines, "No fleet run recorded here (run: python tools/run_scenarios.py fleet).", ""])
+    if converge.is_file():
+        c = json.loads(converge.read_text())
+        lines.append(f"- fresh converge of {c['boxes']} boxes at once + the gateway: {c['seconds']:.0f} s wall time")
+    if results.is_file():
+        r = json.loads(results.read_text())
+        roll = r.get("rolling_rebuild") or {}
+        if roll:
+            lines.append(
+                f"- rolling rebuild (rebuild.yml, one box a turn): {float(roll['seconds']):.0f} s; "
+                f"client requests through the gateway meanwhile: {roll['requests']}, failed: {roll['failed']} "
+                f"(bound {roll['bound']})"
+            )
+        turn = r.get("failed_turn") or {}
+        if turn:
+            lines.append(f"- rebuild with a failing box: requests {turn['requests']}, failed {turn['failed']}")
     return "\n".join(lines) + "\n"
 
 
@@ -343,7 +366,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     cases = load_cases()
     results = [compare_case(case) for case in cases]
-    text = report(results, time_plan()) + ablation_report(cases) + unit_exposure_report() + fleet_cache_report()
+    text = (
+        report(results, time_plan())
+        + ablation_report(cases)
+        + unit_exposure_report()
+        + fleet_cache_report()
+        + fleet_bench_report()
+    )
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

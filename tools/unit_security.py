@@ -40,6 +40,12 @@ DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
         "roles/metrics/templates/prometheus-node-exporter-hardening.conf.j2",
         "[Service]\nUser=prometheus\nExecStart=/usr/bin/prometheus-node-exporter\n",
     ),
+    # The fleet's gateway (not on a box): Debian's haproxy.service runs its master as root.
+    "haproxy.service": (
+        ("llm_gateway",),
+        "roles/llm_gateway/templates/hardening.conf.j2",
+        "[Service]\nExecStart=/usr/sbin/haproxy -Ws -f /etc/haproxy/haproxy.cfg -p /run/haproxy.pid\nType=notify\n",
+    ),
 }
 # The model store's transient unit (systemd-run): its properties are model_publish.sandbox_properties,
 # scored as a unit file with the ExecStart the store gives it.
