@@ -334,6 +334,7 @@ def fleet_cache_report(path: Path = FLEET_CACHE_RESULTS) -> str:
     total = sum(int(row["upstream_bytes"]) for row in boxes)
     ratio = f"{total / one:.4f}" if one else "n/a (box 1 fetched nothing)"
     lines += ["", f"Upstream bytes for {len(boxes)} boxes / for 1 box: {total:,} / {one:,} = {ratio} (goal: about 1)."]
+    return "\n".join(lines) + "\n"
 
 
 def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
