@@ -29,6 +29,10 @@ INVENTORY = ROOT / "inventories" / "production"
 UNITS: dict[str, tuple[tuple[str, ...], str]] = {
     "vllm.service": (("gpubox", "vllm_service"), "roles/vllm_service/templates/vllm.service.j2"),
     "gpubox-gpu-check.service": (("gpubox", "gpu_tuning"), "roles/gpu_tuning/templates/gpubox-gpu-check.service.j2"),
+    "gpubox-model-verify.service": (
+        ("gpubox", "model_store"),
+        "roles/model_store/templates/gpubox-model-verify.service.j2",
+    ),
 }
 # Drop-ins gpubox puts on a packaged unit: (roles, drop-in template, the packaged unit's lines the score
 # depends on: it runs as its own user). Scored as the packaged lines followed by the drop-in.
