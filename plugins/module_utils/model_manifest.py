@@ -4,25 +4,20 @@ Used by module_utils/model_publish.py (the model_store module: verification befo
 download, the kept-copy check of a rollback), by the model_verify module (``make verify``), and by the
 optional weekly re-hash on the box: the module ``gpubox.gpubox.gpu_check_library`` (``library:
 model_manifest``) writes this very file, as shipped to the box inside its own payload, to
-/usr/local/lib/gpubox/model_manifest.py, and ``gpubox-model-verify.service`` runs it:
-
-    python3 model_manifest.py --root ROOT --name NAME --fact FACT_FILE
-
-It re-hashes every file of the live model (``ROOT/NAME``, the store's symlink) against the manifest
-the store wrote when it published that version, writes the result as JSON to FACT_FILE (one rename;
-Ansible reads it as ``ansible_local.gpubox_model_verify``) and exits 1 when a file does not verify.
-So it imports nothing but the standard library and runs on Python >= 3.9.
+/usr/local/lib/gpubox/model_manifest.py, where ``gpubox-model-verify`` (roles/model_store/files, run by
+``gpubox-model-verify.service``) imports it: :func:`verify_live` re-hashes every file of the live model
+against the manifest the store wrote when it published that version, and :func:`write_fact` records
+the result (one rename; Ansible reads it as ``ansible_local.gpubox_model_verify``). So it imports
+nothing but the standard library and runs on Python >= 3.9.
 """
 
 from __future__ import annotations
 
-import argparse
 import errno
 import hashlib
 import json
 import os
 import stat
-import sys
 import tempfile
 import time
 from collections.abc import Iterable
@@ -241,27 +236,3 @@ def write_fact(path: Path, fact: dict[str, Any]) -> None:
     finally:
         if os.path.lexists(tmp):
             os.unlink(tmp)
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description="Re-hash the live model against its manifest; record the result.")
-    ap.add_argument("--root", required=True, type=Path, help="the store root (gpubox_model_root)")
-    ap.add_argument("--name", required=True, help="the model's directory under the root (gpubox_model_name)")
-    ap.add_argument("--fact", required=True, type=Path, help="the local fact file to write")
-    args = ap.parse_args(argv)
-    try:
-        result = verify_live(args.root, args.name)
-    except OSError as exc:
-        result = {"ok": False, "commit": "", "version_path": "", "files": [], "bytes_hashed": 0}
-        result["problems"] = [f"reading the live model failed at {exc.filename}: {exc.strerror}"]
-    write_fact(args.fact, fact_of(result, "gpubox-model-verify.service"))
-    for f in result["files"]:
-        print(f"{f['path']}: {f['status']}")
-    for problem in result["problems"]:
-        print(f"problem: {problem}", file=sys.stderr)
-    print(f"{result['version_path'] or result.get('path', '')}: {'ok' if result['ok'] else 'FAILED'}")
-    return 0 if result["ok"] else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

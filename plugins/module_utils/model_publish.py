@@ -62,23 +62,18 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.model_catalog import
 
 # The manifest and the re-hash are model_manifest's (stdlib only: the box's weekly re-hash runs the same
 # file); imported here by name, the names model_publish's callers and tests use.
-from ansible_collections.gpubox.gpubox.plugins.module_utils.model_manifest import (  # noqa: F401
+from ansible_collections.gpubox.gpubox.plugins.module_utils.model_manifest import (
     MANIFEST_NAME,
     MANIFEST_SCHEMA,
-    ByteCallback,
     FileProblem,
     NotInside,
     RemoteFile,
-    _canonical,
     _safe_relpath,
     manifest_digest,
     open_member,
     open_parent,
     read_manifest,
-    sha256_fd,
-    sha256_file,
     verify_dir,
-    verify_file,
 )
 
 VERSIONS_DIR = ".versions"

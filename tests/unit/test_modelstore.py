@@ -990,9 +990,9 @@ def test_discard_removes_a_directory_where_a_file_was_listed_without_following_l
 def test_the_box_side_rehash_is_the_collections_code_and_names_the_damaged_file(
     hub_a: Hub, client_venv: Path, models, store_root: Path, tmp_path: Path
 ) -> None:
-    """The re-hash timer's service (roles/model_store, model_store_verify_timer) runs model_manifest.py as
-    gpu_check_library(library=model_manifest) installs it, with no site-packages (-S): stdlib only. Its
-    local fact says ok, then names the one damaged file; exit 1 then."""
+    """The re-hash timer's service (roles/model_store, model_store_verify_timer) runs gpubox-model-verify,
+    which imports model_manifest.py from where gpu_check_library(library=model_manifest) installs it, with
+    no site-packages (-S): stdlib only. Its local fact says ok, then names the one damaged file; exit 1."""
     lib.run_model_store(request_for(hub_a, store_root, client_venv))
     lib_dir = tmp_path / "usr-local-lib-gpubox"
     lib_dir.mkdir()
@@ -1005,17 +1005,9 @@ def test_the_box_side_rehash_is_the_collections_code_and_names_the_damaged_file(
     facts = tmp_path / "facts.d"
     facts.mkdir()
     fact = facts / "gpubox_model_verify.fact"
-    argv = [
-        sys.executable,
-        "-S",
-        str(script),
-        "--root",
-        str(store_root),
-        "--name",
-        "Tiny-Instruct",
-        "--fact",
-        str(fact),
-    ]
+    program = ROOT / "roles/model_store/files/gpubox-model-verify"
+    argv = [sys.executable, "-S", str(program), "--lib", str(lib_dir), "--root", str(store_root)]
+    argv += ["--name", "Tiny-Instruct", "--fact", str(fact)]
     good = subprocess.run(argv, capture_output=True, text=True)
     recorded = json.loads(fact.read_text())
     assert good.returncode == 0, good.stderr
