@@ -252,8 +252,10 @@ class Suite:
             f"systemctl is-enabled {timer_unit}; systemctl show -P TimersCalendar {timer_unit}",
             check=False,
         )
+        # systemd shows the calendar normalized: `weekly` is "Mon *-*-* 00:00:00" (systemd.time(7)).
         self.check(
-            timer.startswith("enabled") and "OnCalendar=weekly" in timer, f"the re-hash timer is weekly ({timer!r})"
+            timer.startswith("enabled") and "OnCalendar=Mon *-*-* 00:00:00" in timer and "next_elapse=" in timer,
+            f"the re-hash timer is enabled, weekly ({timer!r})",
         )
         good = self.rehash_by_timer_service()
         self.check(
