@@ -31,6 +31,10 @@ UNITS: dict[str, tuple[tuple[str, ...], str]] = {
     "gpubox-gpu-check.service": (("gpubox", "gpu_tuning"), "roles/gpu_tuning/templates/gpubox-gpu-check.service.j2"),
     # The LAN cache host's PyPI proxy (roles/fleet_cache; rendered the same way, though it runs on the cache host).
     "gpubox-pypi-cache.service": (("fleet_cache",), "roles/fleet_cache/templates/gpubox-pypi-cache.service.j2"),
+    "gpubox-model-verify.service": (
+        ("gpubox", "model_store"),
+        "roles/model_store/templates/gpubox-model-verify.service.j2",
+    ),
 }
 # Drop-ins gpubox puts on a packaged unit: (roles, drop-in template, the packaged unit's lines the score
 # depends on: it runs as its own user). Scored as the packaged lines followed by the drop-in.

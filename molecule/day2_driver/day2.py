@@ -22,6 +22,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -87,14 +88,16 @@ def cached_facts(host: str) -> dict:
 
 def playbook(inventory: str, host: str, book: Path, *extra: str) -> dict:
     cmd = ["ansible-playbook", "-i", inventory, "-l", host, str(book), *extra]
+    started = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    seconds = round(time.monotonic() - started)
     out = proc.stdout + proc.stderr
     recap = re.search(
         rf"^{re.escape(host)}\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M
     )
     counts = dict(zip(("ok", "changed", "unreachable", "failed"), map(int, recap.groups()))) if recap else None
-    print(f"day2: {' '.join(cmd[5:]) or book.name}: rc={proc.returncode} {counts}", flush=True)
-    return {"cmd": cmd, "rc": proc.returncode, "recap": counts, "output_tail": out[-6000:]}
+    print(f"day2: {' '.join(cmd[5:]) or book.name}: rc={proc.returncode} {counts} ({seconds} s)", flush=True)
+    return {"cmd": cmd, "rc": proc.returncode, "recap": counts, "seconds": seconds, "output_tail": out[-6000:]}
 
 
 def main(argv: list[str] | None = None) -> int:

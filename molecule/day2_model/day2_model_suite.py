@@ -6,19 +6,24 @@
 The test hub in the box (molecule/shared/hub/server.py) is given a second commit of the model (the
 tiny model made with another seed, --commit-dir) and a branch file, so that its branch `master` can
 move from commit A to commit B as an upstream push would. Then, against the box:
-  1. site.yml, fresh: serves A; the first converge writes master -> A into the lock.
+  0. site.yml --check --diff on the fresh box: no task fails, nothing is written (no lock entry, no
+     vLLM unit, nothing published).
+  1. site.yml, fresh: serves A; the first converge writes master -> A into the lock. Then
+     site.yml --check --diff on the converged box: changed=0.
   2. the hub's master moves to B; `site.yml --tags model,service`: still A (locked), nothing
      fetched, changed=0.
   3. playbooks/lock_models.yml (make lock-models): the lock says B; `--tags model,service`: B
      downloaded and verified beside A, published, vLLM restarted once and ready; A kept.
   4. the lock reverted to the copy saved after 1; `--tags model,service`: A again, zero file bytes
      fetched, vLLM restarted once.
-  5. one byte of the live weights flipped; playbooks/verify.yml (make verify) fails naming that
-     file; `--tags model,service` (the test hub's http endpoint always re-hashes) fetches only that
-     file, publishes a whole new version and restarts vLLM; verify.yml passes.
+  5. the re-hash timer's service (model_store_verify_timer) run once: the local fact says ok; one
+     byte of the live weights flipped; the service run again: the fact names that file;
+     playbooks/verify.yml (make verify) fails naming that file; `--tags model,service` (the test
+     hub's http endpoint always re-hashes) fetches only that file, publishes a whole new version and
+     restarts vLLM; verify.yml passes.
   6. `-e gpubox_model_root=<elsewhere> --tags model,service`: published and served there (the
      readiness gate of the restart), the old root byte-for-byte as it was and reported; a second
-     run changes nothing.
+     run changes nothing; the re-hash service checks the model at the new root.
 Each step's ansible-playbook log is kept in OUT; results in OUT/results.md and stdout.
 """
 
@@ -45,8 +50,20 @@ ROOT = "/data/models"
 MOVED = "/srv/gpubox-models-moved"
 FACT = "/etc/ansible/facts.d/gpubox_model.fact"
 VERIFY_FACT = "/etc/ansible/facts.d/gpubox_model_verify.fact"
+VERIFY_SERVICE = "gpubox-model-verify.service"
 WEIGHTS = "model.safetensors"
 RUN_TIMEOUT = 1500
+
+
+def changed_tasks(log: str) -> list[str]:
+    """The names of the tasks an ansible-playbook log reports as changed (or would change, in check mode)."""
+    found, task = [], ""
+    for line in log.splitlines():
+        if line.startswith("TASK ["):
+            task = line[6:].split("]", 1)[0]
+        elif line.startswith("changed:") and task and task not in found:
+            found.append(task)
+    return found
 
 
 class Suite:
@@ -82,6 +99,11 @@ class Suite:
 
     def verify_fact(self) -> dict:
         return json.loads(self.sh(f"cat {VERIFY_FACT}"))
+
+    def rehash_by_timer_service(self) -> dict:
+        """Start the re-hash timer's service once, as its timer would; return the fact it wrote."""
+        self.sh(f"rm -f {VERIFY_FACT}; systemctl start {VERIFY_SERVICE}", check=False)
+        return self.verify_fact() if self.sh(f"test -f {VERIFY_FACT} && echo yes", check=False).strip() else {}
 
     def unit(self) -> str:
         return self.sh("cat /etc/systemd/system/vllm.service")
@@ -162,6 +184,15 @@ class Suite:
         a, b = self.give_hub_a_second_commit()
         tags = ("--tags", "model,service")
 
+        # 0. A dry run on the fresh box: every layer says what it would do, nothing fails, nothing is written.
+        rc, recap, _ = self.play("0-check-fresh", "playbooks/site.yml", "--check", "--diff")
+        self.check(rc == 0 and recap.get("failed") == 0, "site.yml --check --diff passes on the fresh box")
+        self.check(
+            self.lock_commit() is None
+            and not self.sh("ls /etc/systemd/system/vllm.service " + ROOT + "/" + NAME + " 2>/dev/null", check=False),
+            "the dry run wrote nothing (no lock entry, no vLLM unit, no published model)",
+        )
+
         # 1. Fresh: the first converge resolves master and writes the lock.
         rc, _, _ = self.play("1-site", "playbooks/site.yml")
         self.check(rc == 0, "site.yml converges")
@@ -169,6 +200,13 @@ class Suite:
         self.check(self.fact()["commit"] == a and f"at commit {a}" in self.unit(), "A is published and in the unit")
         saved = self.out / "models.lock.json.after-1"
         shutil.copy(self.args.lock, saved)
+        rc, recap, text = self.play("1-check-converged", "playbooks/site.yml", "--check", "--diff")
+        changed = changed_tasks(text)
+        self.check(
+            rc == 0 and recap.get("changed") == 0,
+            f"site.yml --check --diff on the converged box: changed=0 ({recap}; would change: {changed})",
+        )
+        a_kept = self.fact()["version_path"]
 
         # 2. Upstream pushes B to master: the lock holds, nothing is fetched, nothing changes.
         self.sh(f"echo {b} > {BRANCH_FILE}")
@@ -198,15 +236,46 @@ class Suite:
         mark, since = self.log_mark(), time.time() - 1
         rc, _, _ = self.play("4-rollback", "playbooks/site.yml", *tags)
         gets = self.file_gets(mark)
-        self.check(rc == 0 and self.fact()["commit"] == a and f"at commit {a}" in self.unit(), "rolled back to A")
-        self.check(gets == [] and sum(e["sent"] for e in gets) == 0, "zero bytes downloaded for the rollback")
+        fact = self.fact()
+        self.check(rc == 0 and fact["commit"] == a and f"at commit {a}" in self.unit(), "rolled back to A")
+        self.check(fact["version_path"] == a_kept, f"the kept copy is live again ({fact['version_path']})")
+        self.check(
+            gets == [] and sum(e["sent"] for e in gets) == 0,
+            f"zero bytes downloaded for the rollback ({[(e['path'], e['sent']) for e in gets]})",
+        )
         self.check(self.starts_since(since) == 1, f"vLLM started once ({self.starts_since(since)})")
 
-        # 5. A flipped byte in the live weights: verify finds it, a normal run repairs it.
+        # 5. The re-hash timer's service, then a flipped byte in the live weights: the service and verify find
+        # it, a normal run repairs it.
+        timer_unit = VERIFY_SERVICE.replace(".service", ".timer")
+        timer = self.sh(
+            f"systemctl is-enabled {timer_unit}; systemctl show -P TimersCalendar {timer_unit}",
+            check=False,
+        )
+        # systemd shows the calendar normalized: `weekly` is "Mon *-*-* 00:00:00" (systemd.time(7)).
+        self.check(
+            timer.startswith("enabled") and "OnCalendar=Mon *-*-* 00:00:00" in timer and "next_elapse=" in timer,
+            f"the re-hash timer is enabled, weekly ({timer!r})",
+        )
+        good = self.rehash_by_timer_service()
+        self.check(
+            good.get("ok") is True
+            and good.get("failed_files") == []
+            and good.get("commit") == a
+            and good.get("source") == VERIFY_SERVICE,
+            f"the re-hash service records a good model in the local facts ({good})",
+        )
         flip = "f.seek(1000); b = f.read(1); f.seek(1000); f.write(bytes([b[0] ^ 0xFF]))"
         self.sh(
             f"python3 - <<'EOF'\nimport os\np = os.path.realpath('{ROOT}/{NAME}/{WEIGHTS}')\n"
             f"with open(p, 'r+b') as f:\n    {flip}\nEOF"
+        )
+        bad = self.rehash_by_timer_service()
+        self.check(
+            bad.get("ok") is False
+            and bad.get("failed_files") == [WEIGHTS]
+            and any(f"{WEIGHTS}: sha256 mismatch" in p for p in bad.get("problems", [])),
+            f"the re-hash service records which file failed ({bad.get('failed_files')})",
         )
         rc, _, text = self.play("5-verify-damaged", "playbooks/verify.yml")
         self.check(rc != 0 and f"{WEIGHTS}: sha256 mismatch" in text, "verify.yml fails naming the damaged file")
@@ -242,6 +311,11 @@ class Suite:
         self.check(self.snapshot(ROOT) == old, "the old root is untouched")
         rc, recap, _ = self.play("6-move-again", "playbooks/site.yml", *moved)
         self.check(rc == 0 and recap.get("changed") == 0, "a second run at the new root changes nothing")
+        moved_check = self.rehash_by_timer_service()
+        self.check(
+            moved_check.get("ok") is True and moved_check.get("version_path", "").startswith(f"{MOVED}/"),
+            f"the re-hash service checks the model at the new root ({moved_check.get('version_path')})",
+        )
 
         (self.out / "results.md").write_text("\n".join(self.lines) + "\n")
         if self.failures:

@@ -52,7 +52,7 @@ import urllib.parse
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable
 
 from ansible.module_utils.urls import ConnectionError as UrlConnectionError
 from ansible.module_utils.urls import open_url
@@ -60,8 +60,22 @@ from ansible.module_utils.urls import open_url
 from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 from ansible_collections.gpubox.gpubox.plugins.module_utils.model_catalog import config_mismatches
 
-MANIFEST_NAME = ".gpubox-manifest.json"
-MANIFEST_SCHEMA = 1
+# The manifest and the re-hash are model_manifest's (stdlib only: the box's weekly re-hash runs the same
+# file); imported here by name, the names model_publish's callers and tests use.
+from ansible_collections.gpubox.gpubox.plugins.module_utils.model_manifest import (
+    MANIFEST_NAME,
+    MANIFEST_SCHEMA,
+    FileProblem,
+    NotInside,
+    RemoteFile,
+    _safe_relpath,
+    manifest_digest,
+    open_member,
+    open_parent,
+    read_manifest,
+    verify_dir,
+)
+
 VERSIONS_DIR = ".versions"
 STAGING_DIR = ".staging"
 PARTIAL_SUFFIX = ".incomplete"  # the modelscope client's name for a partly received file
@@ -76,8 +90,6 @@ SYSTEMD_RUN = "/usr/bin/systemd-run"
 SYSTEMCTL = "/usr/bin/systemctl"
 _SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
-
-ByteCallback = Optional[Callable[[int], None]]
 
 
 class ModelStoreError(Exception):
@@ -95,13 +107,6 @@ class DiskSpaceError(ModelStoreError):
 # --------------------------------------------------------------------------------------------------
 # Hub listing
 # --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class RemoteFile:
-    path: str
-    size: int
-    sha256: str
-
-
 @dataclass(frozen=True)
 class Listing:
     model_id: str
@@ -126,11 +131,6 @@ def listing_url(endpoint: str, model_id: str, revision: str) -> str:
     query = urllib.parse.urlencode({"Revision": revision, "Recursive": "True"})
     base = endpoint.rstrip("/")
     return f"{base}/api/v1/models/{urllib.parse.quote(owner)}/{urllib.parse.quote(name)}/repo/files?{query}"
-
-
-def _safe_relpath(path: str) -> bool:
-    parts = path.split("/")
-    return bool(path) and not path.startswith("/") and all(p not in ("", ".", "..") for p in parts)
 
 
 def parse_listing(payload: Any, model_id: str, revision: str) -> Listing:
@@ -204,116 +204,10 @@ def fetch_listing(
 # --------------------------------------------------------------------------------------------------
 # Verification
 # --------------------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class FileProblem:
-    path: str
-    kind: str  # "missing" | "size" | "sha256"
-    expected: str
-    actual: str
-
-    def describe(self) -> str:
-        if self.kind == "missing":
-            return f"{self.path}: missing (expected {self.expected})"
-        return f"{self.path}: {self.kind} mismatch, expected {self.expected}, got {self.actual}"
-
-
 class IntegrityError(ModelStoreError):
     def __init__(self, message: str, problems: list[FileProblem]) -> None:
         super().__init__(message)
         self.problems = problems
-
-
-class NotInside(Exception):
-    """A member path that is not a plain file reached through plain directories of its base."""
-
-
-def open_parent(directory: Path, rel: str) -> int:
-    """A directory fd of rel's parent inside directory, reached without following any symlink
-    (O_NOFOLLOW | O_DIRECTORY at every step): a symlinked directory on the way is NotInside."""
-    if not _safe_relpath(rel):
-        raise NotInside(f"{rel!r} is not a plain relative path")
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
-    for part in rel.split("/")[:-1]:
-        try:
-            nxt = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW, dir_fd=fd)
-        except OSError as exc:
-            os.close(fd)
-            if exc.errno in (errno.ELOOP, errno.ENOTDIR):
-                raise NotInside(f"{rel!r}: {part!r} is not a plain directory") from exc
-            raise
-        os.close(fd)
-        fd = nxt
-    return fd
-
-
-def open_member(directory: Path, rel: str) -> int:
-    """Open directory/rel read-only without following any symlink on the way or at the end: a
-    symlinked directory or file, or anything but a regular file, is NotInside, never its target."""
-    parts = rel.split("/")
-    fd = open_parent(directory, rel)
-    try:
-        try:
-            leaf = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK, dir_fd=fd)
-        except OSError as exc:
-            if exc.errno == errno.ELOOP:
-                raise NotInside(f"{rel!r} is a symlink") from exc
-            raise
-    finally:
-        os.close(fd)
-    if not stat.S_ISREG(os.fstat(leaf).st_mode):
-        os.close(leaf)
-        raise NotInside(f"{rel!r} is not a regular file")
-    return leaf
-
-
-def sha256_fd(fd: int, on_bytes: ByteCallback = None) -> str:
-    digest = hashlib.sha256()
-    with os.fdopen(fd, "rb", closefd=False) as fh:
-        while block := fh.read(4 << 20):
-            digest.update(block)
-            if on_bytes:
-                on_bytes(len(block))
-    return digest.hexdigest()
-
-
-def sha256_file(path: Path, on_bytes: ByteCallback = None) -> str:
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    try:
-        return sha256_fd(fd, on_bytes)
-    finally:
-        os.close(fd)
-
-
-def verify_file(directory: Path, f: RemoteFile, *, rehash: bool, on_bytes: ByteCallback = None) -> FileProblem | None:
-    try:
-        fd = open_member(directory, f.path)
-    except FileNotFoundError:
-        return FileProblem(f.path, "missing", f"{f.size} bytes, sha256 {f.sha256}", "")
-    except NotInside as exc:
-        return FileProblem(f.path, "missing", "a regular file", f"refused: {exc}")
-    try:
-        size = os.fstat(fd).st_size
-        if size != f.size:
-            return FileProblem(f.path, "size", f"{f.size} bytes", f"{size} bytes")
-        if rehash:
-            actual = sha256_fd(fd, on_bytes)
-            if actual != f.sha256:
-                return FileProblem(f.path, "sha256", f"sha256 {f.sha256}", f"sha256 {actual}")
-    finally:
-        os.close(fd)
-    return None
-
-
-def verify_dir(
-    directory: Path, files: Iterable[RemoteFile], *, rehash: bool, on_bytes: ByteCallback = None
-) -> list[FileProblem]:
-    """Check every listed file: size always, sha256 when rehash. Returns the problems, [] when all good."""
-    problems = []
-    for f in files:
-        problem = verify_file(directory, f, rehash=rehash, on_bytes=on_bytes)
-        if problem:
-            problems.append(problem)
-    return problems
 
 
 def extra_files(directory: Path, files: Iterable[RemoteFile]) -> list[str]:
@@ -337,10 +231,6 @@ def extra_files(directory: Path, files: Iterable[RemoteFile]) -> list[str]:
 # --------------------------------------------------------------------------------------------------
 # Manifest
 # --------------------------------------------------------------------------------------------------
-def _canonical(data: Any) -> bytes:
-    return json.dumps(data, sort_keys=True, separators=(",", ":")).encode("utf-8")
-
-
 def manifest_body(listing: Listing, endpoint: str = "") -> dict[str, Any]:
     return {
         "schema": MANIFEST_SCHEMA,
@@ -353,28 +243,10 @@ def manifest_body(listing: Listing, endpoint: str = "") -> dict[str, Any]:
     }
 
 
-def manifest_digest(body: dict[str, Any]) -> str:
-    """sha256 over the canonical JSON of every field but manifest_sha256 itself."""
-    return hashlib.sha256(_canonical({k: v for k, v in body.items() if k != "manifest_sha256"})).hexdigest()
-
-
 def write_manifest(directory: Path, listing: Listing, endpoint: str = "") -> dict[str, Any]:
     body = manifest_body(listing, endpoint)
     body["manifest_sha256"] = manifest_digest(body)
     write_file_atomic(directory / MANIFEST_NAME, json.dumps(body, indent=2, sort_keys=True) + "\n", FILE_MODE)
-    return body
-
-
-def read_manifest(directory: Path) -> dict[str, Any] | None:
-    """The manifest in directory, or None when absent, unreadable or not matching its own digest."""
-    try:
-        body = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(body, dict) or body.get("schema") != MANIFEST_SCHEMA:
-        return None
-    if body.get("manifest_sha256") != manifest_digest(body):
-        return None
     return body
 
 

@@ -17,10 +17,20 @@ description:
   - The file is replaced atomically (a temporary file in the same directory, then rename(2)) and only
     when its content differs. When I(mode) is not given the file gets C(0644).
   - The directory of I(dest) must exist (in check mode a missing directory reports C(changed)).
+  - With I(library=model_manifest) it writes the collection's C(model_manifest.py) instead, the
+    manifest re-hash of the model store, run on the box by the optional C(gpubox-model-verify.service)
+    (roles/model_store), the same code the M(gpubox.gpubox.model_verify) module runs.
 options:
+  library:
+    description:
+      - Which of the collection's stdlib-only module_utils to write.
+    type: str
+    choices: [gpu_parsers, model_manifest]
+    default: gpu_parsers
   dest:
     description:
-      - Path of the library file. Name it C(gpu_parsers.py), the module name the check imports.
+      - Path of the library file. Name it after I(library) (C(gpu_parsers.py), C(model_manifest.py)), the
+        module name its user imports or runs.
     type: path
     required: true
 extends_documentation_fragment:
@@ -55,7 +65,7 @@ dest:
   returned: always
   sample: /usr/local/lib/gpubox/gpu_parsers.py
 sha256:
-  description: sha256 of the library's content (the collection's gpu_parsers.py).
+  description: sha256 of the library's content (the collection's module_utils file).
   type: str
   returned: always
 size:
@@ -72,18 +82,20 @@ import tempfile  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-# Imported so that the file travels to the host in this module's payload; its source is what is written.
-from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers  # noqa: E402
+# Imported so that the files travel to the host in this module's payload; their source is what is written.
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers, model_manifest  # noqa: E402
+
+LIBRARIES = {"gpu_parsers": gpu_parsers, "model_manifest": model_manifest}
 
 DEFAULT_MODE = "0644"
 
 
-def library_source() -> bytes:
-    """The bytes of gpu_parsers.py as shipped with this module (read through its package's loader)."""
-    package, _sep, name = gpu_parsers.__name__.rpartition(".")
+def library_source(library: str = "gpu_parsers") -> bytes:
+    """The bytes of the library's .py as shipped with this module (read through its package's loader)."""
+    package, _sep, name = LIBRARIES[library].__name__.rpartition(".")
     data = pkgutil.get_data(package, name + ".py")
     if not data:
-        raise OSError(f"the source of {gpu_parsers.__name__} is not in this module's payload")
+        raise OSError(f"the source of {LIBRARIES[library].__name__} is not in this module's payload")
     return data
 
 
@@ -110,7 +122,10 @@ def write_atomically(module: AnsibleModule, dest: str, content: bytes) -> None:
 
 def main() -> None:
     module = AnsibleModule(
-        argument_spec={"dest": {"type": "path", "required": True}},
+        argument_spec={
+            "dest": {"type": "path", "required": True},
+            "library": {"type": "str", "choices": sorted(LIBRARIES), "default": "gpu_parsers"},
+        },
         add_file_common_args=True,
         supports_check_mode=True,
     )
@@ -118,7 +133,7 @@ def main() -> None:
     if module.params["mode"] is None:
         module.params["mode"] = DEFAULT_MODE
     try:
-        content = library_source()
+        content = library_source(module.params["library"])
     except OSError as exc:
         module.fail_json(msg=str(exc))
     directory = os.path.dirname(dest)
@@ -127,7 +142,9 @@ def main() -> None:
             module.exit_json(changed=True, dest=dest, sha256=hashlib.sha256(content).hexdigest(), size=len(content))
         module.fail_json(msg=f"the directory of dest {dest} does not exist; create {directory} first")
     if os.path.isdir(dest):
-        module.fail_json(msg=f"dest {dest} is a directory; give the library's file path (…/gpu_parsers.py)")
+        module.fail_json(
+            msg=f"dest {dest} is a directory; give the library's file path (…/{module.params['library']}.py)"
+        )
     try:
         changed = read_current(dest) != content
         if changed and not module.check_mode:

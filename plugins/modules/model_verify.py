@@ -77,48 +77,16 @@ from pathlib import Path  # noqa: E402
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils.model_manifest import verify_live  # noqa: E402
 from ansible_collections.gpubox.gpubox.plugins.module_utils.model_publish import (  # noqa: E402
     ModelStoreError,
-    RemoteFile,
     StoreLayout,
-    live_target,
-    read_manifest,
-    verify_dir,
 )
 
 
 def verify(root: str, name: str) -> dict:
-    layout = StoreLayout(Path(root), name)
-    result = {"ok": False, "path": str(layout.live), "version_path": "", "commit": "", "files": [], "bytes_hashed": 0}
-    live = live_target(layout)
-    if live is None:
-        result["problems"] = [f"{layout.live} is not a link to a published version: run the model_store role"]
-        return result
-    result["version_path"] = str(live)
-    manifest = read_manifest(live)
-    if manifest is None:
-        result["problems"] = [f"{live} has no intact manifest: run the model_store role with model_store_rehash: true"]
-        return result
-    result["commit"] = manifest.get("commit", "")
-    files = [RemoteFile(f["path"], f["size"], f["sha256"]) for f in manifest["files"]]
-    hashed = [0]
-
-    def count(n: int) -> None:
-        hashed[0] += n
-
-    problems = {p.path: p.describe() for p in verify_dir(live, files, rehash=True, on_bytes=count)}
-    result["files"] = [
-        {
-            "path": f.path,
-            "ok": f.path not in problems,
-            "status": problems.get(f.path, "").removeprefix(f"{f.path}: ") or "ok",
-        }
-        for f in files
-    ]
-    result["problems"] = list(problems.values())
-    result["ok"] = not problems
-    result["bytes_hashed"] = hashed[0]
-    return result
+    layout = StoreLayout(Path(root), name)  # refuses a relative root or a name that is not one component
+    return verify_live(layout.root, layout.name)
 
 
 def main() -> None:

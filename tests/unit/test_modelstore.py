@@ -1005,3 +1005,42 @@ def test_a_hub_that_redirects_files_to_storage_is_followed(
         f"/_storage/{result.commit}/{p.name}" for p in models["a"].iterdir()
     }
     assert len({e["path"] for e in stored}) == len(stored), "every redirect must carry its own signed query"
+
+
+def test_the_box_side_rehash_is_the_collections_code_and_names_the_damaged_file(
+    hub_a: Hub, client_venv: Path, models, store_root: Path, tmp_path: Path
+) -> None:
+    """The re-hash timer's service (roles/model_store, model_store_verify_timer) runs gpubox-model-verify,
+    which imports model_manifest.py from where gpu_check_library(library=model_manifest) installs it, with
+    no site-packages (-S): stdlib only. Its local fact says ok, then names the one damaged file; exit 1."""
+    lib.run_model_store(request_for(hub_a, store_root, client_venv))
+    lib_dir = tmp_path / "usr-local-lib-gpubox"
+    lib_dir.mkdir()
+    script = lib_dir / "model_manifest.py"
+    args = json.dumps({"dest": str(script), "library": "model_manifest"})
+    installed = ansible_vars.run_module("gpubox.gpubox.gpu_check_library", args, tmp_path)
+    assert (
+        installed["changed"] and script.read_bytes() == (ROOT / "plugins/module_utils/model_manifest.py").read_bytes()
+    )
+    facts = tmp_path / "facts.d"
+    facts.mkdir()
+    fact = facts / "gpubox_model_verify.fact"
+    program = ROOT / "roles/model_store/files/gpubox-model-verify"
+    argv = [sys.executable, "-S", str(program), "--lib", str(lib_dir), "--root", str(store_root)]
+    argv += ["--name", "Tiny-Instruct", "--fact", str(fact)]
+    good = subprocess.run(argv, capture_output=True, text=True)
+    recorded = json.loads(fact.read_text())
+    assert good.returncode == 0, good.stderr
+    assert (
+        recorded["ok"] is True
+        and recorded["failed_files"] == []
+        and recorded["source"] == "gpubox-model-verify.service"
+    )
+    assert recorded["bytes_hashed"] == sum(p.stat().st_size for p in models["a"].iterdir())
+    rot(store_root / "Tiny-Instruct" / "model.safetensors")
+    bad = subprocess.run(argv, capture_output=True, text=True)
+    recorded = json.loads(fact.read_text())
+    assert bad.returncode == 1 and "model.safetensors: sha256 mismatch" in bad.stdout
+    assert recorded["ok"] is False and recorded["failed_files"] == ["model.safetensors"]
+    assert recorded["commit"] == lib.read_manifest(store_root / "Tiny-Instruct")["commit"]
+    assert [p.name for p in facts.iterdir()] == ["gpubox_model_verify.fact"], "no temporary file is left behind"
