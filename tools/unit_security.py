@@ -38,6 +38,12 @@ DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
         "roles/metrics/templates/prometheus-node-exporter-hardening.conf.j2",
         "[Service]\nUser=prometheus\nExecStart=/usr/bin/prometheus-node-exporter\n",
     ),
+    # Debian's/Ubuntu's nginx.service runs the master as root (no User=).
+    "nginx.service": (
+        ("gpubox", "front_door"),
+        "roles/front_door/templates/nginx-hardening.conf.j2",
+        "[Service]\nType=forking\nPIDFile=/run/nginx.pid\nExecStart=/usr/sbin/nginx -g 'daemon on; master_process on;'\n",
+    ),
 }
 # The model store's transient unit (systemd-run): its properties are model_publish.sandbox_properties,
 # scored as a unit file with the ExecStart the store gives it.
