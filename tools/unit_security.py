@@ -42,7 +42,8 @@ DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
     "nginx.service": (
         ("gpubox", "front_door"),
         "roles/front_door/templates/nginx-hardening.conf.j2",
-        "[Service]\nType=forking\nPIDFile=/run/nginx.pid\nExecStart=/usr/sbin/nginx -g 'daemon on; master_process on;'\n",
+        "[Service]\nType=forking\nPIDFile=/run/nginx.pid\n"
+        "ExecStart=/usr/sbin/nginx -g 'daemon on; master_process on;'\n",
     ),
 }
 # The model store's transient unit (systemd-run): its properties are model_publish.sandbox_properties,

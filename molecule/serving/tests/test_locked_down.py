@@ -9,7 +9,9 @@ written to .cache/molecule-logs/serving.unit-exposure.txt.
 
 from __future__ import annotations
 
+import json
 import re
+import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +20,26 @@ ROOT = Path(__file__).resolve().parents[3]
 FIGURES = ROOT / ".cache" / "molecule-logs" / "serving.unit-exposure.txt"
 UNITS = ("vllm.service", "nginx.service", "prometheus-node-exporter.service", "gpubox-gpu-check.service")
 MAX_EXPOSURE = 2.5
+BOX_IP = "10.231.89.10"
+ACCESS_LOG = "/var/log/nginx/gpubox-front-door.access.log"
+ERROR_LOG = "/var/log/nginx/error.log"
+CAP_SYS_ADMIN, CAP_BPF = 21, 39
+# Runs in a transient unit on the box: TCP connects to the front door on the box's LAN address and on loopback.
+PROBE = r"""
+import json, socket, sys
+out = {}
+for host in (sys.argv[1], "127.0.0.1"):
+    s = socket.socket()
+    s.settimeout(3)
+    try:
+        s.connect((host, 443))
+        out[host] = "open"
+    except OSError as err:
+        out[host] = type(err).__name__
+    finally:
+        s.close()
+print(json.dumps(out))
+"""
 
 
 @pytest.fixture(scope="module")
@@ -42,3 +64,53 @@ def test_unit_exposure_at_most_2_5_as_loaded(host, exposures, unit):
     assert "ActiveState=active" in props and "Result=success" in props, props
     if unit in ("nginx.service", "prometheus-node-exporter.service"):
         assert f"/etc/systemd/system/{unit}.d/gpubox-hardening.conf" in props, props
+
+
+def test_nginx_reopens_its_logs_without_chown(host):
+    # What logrotate's postrotate does: USR1 makes the master reopen the logs. It runs without CAP_CHOWN, so
+    # the role keeps the front door's log owned as logrotate creates it (www-data:adm 0640), and nothing fails.
+    log = host.file(ACCESS_LOG)
+    assert (log.user, log.group, log.mode) == ("www-data", "adm", 0o640)
+    emerg = host.file(ERROR_LOG).content_string.count("[emerg]")
+    host.check_output("systemctl kill -s USR1 --kill-whom=main nginx.service")
+    time.sleep(2)
+    host.check_output(
+        "python3 -c %s",
+        "import ssl, urllib.request; urllib.request.urlopen('https://127.0.0.1/health', timeout=30, "
+        "context=ssl.create_default_context(cafile='/etc/gpubox/front-door/tls.crt')).read()",
+    )
+    assert '"GET /health HTTP/1.1" 200' in host.file(ACCESS_LOG).content_string.splitlines()[-1]
+    assert host.file(ERROR_LOG).content_string.count("[emerg]") == emerg, host.file(ERROR_LOG).content_string[-2000:]
+
+
+def test_vllm_ip_allow_list_is_set_and_why_this_container_does_not_enforce_it(host):
+    shown = dict(
+        line.split("=", 1)
+        for line in host.check_output("systemctl show -p IPAddressDeny -p IPAddressAllow vllm.service").splitlines()
+    )
+    assert shown["IPAddressDeny"] == "0.0.0.0/0 ::/0"
+    assert set(shown["IPAddressAllow"].split()) == {"127.0.0.0/8", "::1/128"}
+    # The unit's own allow-list on a transient unit that connects to the box's LAN address and to loopback.
+    out = host.check_output(
+        "systemd-run --wait --pipe --quiet -p IPAddressDeny=%s -p IPAddressAllow=%s /usr/bin/python3 -c %s %s",
+        shown["IPAddressDeny"], shown["IPAddressAllow"], PROBE, BOX_IP,
+    )  # fmt: skip
+    probe = json.loads(out.strip().splitlines()[-1])
+    # systemd attaches the allow-list as a cgroup BPF program: it needs the unified (v2) cgroup hierarchy and
+    # CAP_SYS_ADMIN or CAP_BPF. Where both are there, the LAN address must be refused and loopback served.
+    unified = (
+        host.run("stat -fc %T /sys/fs/cgroup").stdout.strip() == "cgroup2fs"
+        or host.file("/sys/fs/cgroup/unified").is_directory
+    )
+    caps = int(re.search(r"^CapEff:\s*([0-9a-f]+)", host.file("/proc/1/status").content_string, re.M).group(1), 16)
+    bpf_capable = bool(caps & (1 << CAP_SYS_ADMIN | 1 << CAP_BPF))
+    evidence = f"unified cgroup hierarchy: {unified}; CAP_SYS_ADMIN or CAP_BPF: {bpf_capable}; probe: {probe}"
+    print("IP allow-list:", evidence)
+    if unified and bpf_capable:
+        assert probe == {BOX_IP: probe[BOX_IP], "127.0.0.1": "open"} and probe[BOX_IP] != "open", evidence
+    else:
+        # This CI container (podman + runc on a hybrid-cgroup host): systemd sees cgroup v1 only and holds
+        # neither capability, so it starts the unit without the filter (logged at debug level only): the LAN
+        # address answers. What keeps vLLM off the LAN here is its loopback bind and the firewall (the front
+        # door's tests); the README says so. Should this flip, the branch above proves the filter.
+        assert probe == {BOX_IP: "open", "127.0.0.1": "open"}, evidence

@@ -151,7 +151,8 @@ def test_vllms_own_metrics_and_the_systemd_collector(scrape):
     # The front door's tests sent completions before this one: vLLM counted their tokens.
     served = [v for n, labels, v in scrape["vllm"] if n == "vllm:generation_tokens_total"]
     assert served and sum(served) > 0, served
-    units = {(labels.get("name"), labels.get("state")): v for n, labels, v in scrape["node"] if n == "node_systemd_unit_state"}
+    states = [(labels, v) for n, labels, v in scrape["node"] if n == "node_systemd_unit_state"]
+    units = {(labels.get("name"), labels.get("state")): v for labels, v in states}
     assert units[("vllm.service", "active")] == 1
     assert units[("nginx.service", "active")] == 1
     restarts = [v for n, labels, v in scrape["node"] if n == "node_systemd_service_restart_total"
