@@ -84,7 +84,7 @@ def test_dashboard_queries_only_vllm_073_names_beside_the_scraped_node_and_gpubo
     [
         ("old_name or new_name", {"new_name"}, []),
         ("old_name or new_name", {"old_name"}, []),
-        ("old_name or new_name", set(), ["new_name", "old_name"]),
+        ("old_name or new_name", set(), ["old_name", "new_name"]),
         ("sum(old_name or new_name) + other", {"old_name", "new_name"}, ["other"]),
         ('x{reason="or"} / y', {"x"}, ["y"]),
     ],

