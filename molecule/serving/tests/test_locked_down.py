@@ -71,6 +71,9 @@ def test_nginx_reopens_its_logs_without_chown(host):
     # the role keeps the front door's log owned as logrotate creates it (www-data:adm 0640), and nothing fails.
     log = host.file(ACCESS_LOG)
     assert (log.user, log.group, log.mode) == ("www-data", "adm", 0o640)
+    # nor its temp directories (the role's nginx-check validated the configuration with private ones)
+    for name in ("body", "proxy", "fastcgi", "uwsgi", "scgi"):
+        assert host.file(f"/var/lib/nginx/{name}").user == "www-data", name
     emerg = host.file(ERROR_LOG).content_string.count("[emerg]")
     host.check_output("systemctl kill -s USR1 --kill-whom=main nginx.service")
     time.sleep(2)
