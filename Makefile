@@ -10,7 +10,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 # day2_model and day2_driver are not in the default list yet: see README, "Status and limits".
-SCENARIOS ?= crash serving default topology_4x4090 refusals python_env_conda host_ubuntu
+SCENARIOS ?= crash serving default topology_4x4090 refusals python_env_conda host_ubuntu fleet_cache
 JOBS ?= 2
 
 .PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean promtool

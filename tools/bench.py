@@ -4,8 +4,10 @@
 For every public start-up log in tests/data/calibration/*.yml, print and write the planner's
 prediction next to vLLM's logged numbers (weights, activation, non-torch, KV GiB, GPU blocks), the
 error per case, the KV error per class (dense bf16/fp16, quantized, failures) with each class's median
-and the median over all cases, and each case's verdict (starts / does not start / refused), then time
-plan() itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py).
+and the median over all cases, and each case's verdict (starts / does not start / refused), then the same
+medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan()
+itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py),
+and reports the LAN cache's upstream bytes for N boxes / for 1 box from molecule/fleet_cache's results file.
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
@@ -186,22 +188,25 @@ def report(results: list[dict[str, Any]], per_call_s: float) -> str:
         "",
         "KV cache error by class (GiB per GPU; a quantized case that failed counts in both):",
         "",
-        "| class | cases | median abs KV error |",
-        "|---|---:|---:|",
+        "| class | cases | median abs KV error | max abs KV error | KV error per case |",
+        "|---|---:|---:|---:|---|",
     ]
     for name in CLASSES:
-        errors = [
-            abs(r["rows"]["kv_cache_gib"]["error"])
+        members = [
+            r
             for r in results
             if name in r["class"].split(", ")
             and "kv_cache_gib" in r["rows"]
             and r["rows"]["kv_cache_gib"]["logged"] is not None
         ]
+        errors = [abs(r["rows"]["kv_cache_gib"]["error"]) for r in members]
         median = fmt(float(statistics.median(errors))) if errors else "-"
-        lines.append(f"| {name} | {len(errors)} | {median} |")
+        worst = fmt(float(max(errors))) if errors else "-"
+        per_case = ", ".join(f"{r['id']} {r['rows']['kv_cache_gib']['error']:+.2f}" for r in members) or "-"
+        lines.append(f"| {name} | {len(errors)} | {median} | {worst} | {per_case} |")
     if abs_errors["kv_cache_gib"]:
         every = abs_errors["kv_cache_gib"]
-        lines.append(f"| all | {len(every)} | {fmt(float(statistics.median(every)))} |")
+        lines.append(f"| all | {len(every)} | {fmt(float(statistics.median(every)))} | {fmt(float(max(every)))} | - |")
     lines += ["", "| case | class | vLLM | plan | verdict |", "|---|---|---|---|---|"]
     for result in results:
         v = result["verdict"]
@@ -214,6 +219,58 @@ def report(results: list[dict[str, Any]], per_call_s: float) -> str:
         lines += [f"Median relative KV-cache error: {statistics.median(rel) * 100:.1f}% over {len(rel)} cases."]
     lines += ["", f"plan() microbenchmark: {per_call_s * 1e6:.1f} µs per call (mean of 2000 calls).", ""]
     return "\n".join(lines)
+
+
+# Modelled terms whose share of the KV error the ablation shows: planner function -> what it stands for.
+ABLATED_TERMS = {
+    "sampler_peak_bytes": "sampler live set (driver's top-k/top-p pass over max_num_seqs x vocab)",
+    "rotary_cache_bytes": "rotary cos/sin cache in the weights",
+}
+
+
+def class_kv_medians(results: list[dict[str, Any]]) -> dict[str, float | None]:
+    """Median absolute KV error per class and over all cases."""
+    medians: dict[str, float | None] = {}
+    for name in (*CLASSES, "all"):
+        errors = [
+            abs(r["rows"]["kv_cache_gib"]["error"])
+            for r in results
+            if "kv_cache_gib" in r["rows"]
+            and r["rows"]["kv_cache_gib"]["logged"] is not None
+            and (name == "all" or name in r["class"].split(", "))
+        ]
+        medians[name] = float(statistics.median(errors)) if errors else None
+    return medians
+
+
+def ablation_report(cases: list[dict[str, Any]]) -> str:
+    """The median KV error per class with each modelled term left out in turn (the term returns 0)."""
+    header = " | ".join((*CLASSES, "all"))
+    lines = [
+        "",
+        "Median abs KV error per class (GiB) with one modelled term left out, to show what each term buys:",
+        "",
+        f"| planner | {header} | max abs, all | wrong verdicts |",
+        "|---|" + "---:|" * (len(CLASSES) + 3),
+    ]
+    variants = [("as shipped", None), *((f"without {label}", name) for name, label in ABLATED_TERMS.items())]
+    for label, name in variants:
+        original = getattr(capacity_planner, name) if name else None
+        if name:
+            setattr(capacity_planner, name, lambda *args: 0)
+        try:
+            results = [compare_case(case) for case in cases]
+        finally:
+            if name:
+                setattr(capacity_planner, name, original)
+        medians = class_kv_medians(results)
+        wrong = sum(not r["verdict"]["ok"] for r in results)
+        cells = " | ".join(fmt(medians[c]) for c in (*CLASSES, "all"))
+        worst = max(
+            (abs(r["rows"]["kv_cache_gib"]["error"]) for r in results if "kv_cache_gib" in r["rows"]), default=None
+        )
+        lines.append(f"| {label} | {cells} | {fmt(worst)} | {wrong} |")
+    return "\n".join(lines) + "\n"
 
 
 def unit_exposure_report() -> str:
@@ -247,12 +304,75 @@ def unit_exposure_report() -> str:
     return "\n".join(lines) + "\n"
 
 
+FLEET_CACHE_RESULTS = ROOT / ".cache" / "molecule-logs" / "fleet_cache-results.json"
+
+
+def fleet_cache_report(path: Path = FLEET_CACHE_RESULTS) -> str:
+    """Upstream bytes for N boxes / for 1 box behind the LAN cache (issue 8), from the results file the
+    molecule/fleet_cache scenario writes (the cache's own logs, read after each box). Never estimated."""
+    lines = ["", "## LAN cache: upstream bytes for N boxes / for 1 box", ""]
+    if not path.is_file():
+        lines.append(f"not measured: no {path.relative_to(ROOT)} (run the molecule/fleet_cache scenario).")
+        return "\n".join(lines) + "\n"
+    data = json.loads(path.read_text())
+    boxes = data["boxes"]
+    lines += [
+        "What the cache fetched upstream while each box converged (one box after the other): apt-cacher-ng's",
+        "transfer log (Debian's archive and the test CUDA repo), proxpi's downloads (PyPI wheels; index pages",
+        "not counted) and nginx's $upstream_bytes_received (the test hub). Source: "
+        f"{path.relative_to(ROOT)}, written by molecule/fleet_cache.",
+        "",
+        "| box | apt | PyPI | models | total upstream |",
+        "|---|---|---|---|---|",
+    ]
+    for row in boxes:
+        cells = [int(row[k]) for k in ("apt_upstream_bytes", "pypi_upstream_bytes", "models_upstream_bytes")]
+        lines.append(
+            f"| {row['box']} | " + " | ".join(f"{c:,}" for c in cells) + f" | {int(row['upstream_bytes']):,} |"
+        )
+    one = int(boxes[0]["upstream_bytes"])
+    total = sum(int(row["upstream_bytes"]) for row in boxes)
+    ratio = f"{total / one:.4f}" if one else "n/a (box 1 fetched nothing)"
+    lines += ["", f"Upstream bytes for {len(boxes)} boxes / for 1 box: {total:,} / {one:,} = {ratio} (goal: about 1)."]
+
+
+def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
+    """Figures of the last molecule/fleet run, read from what it wrote (never made up here)."""
+    lines = ["", "# Fleet (molecule/fleet, last run on this machine)", ""]
+    converge, results = logs / "fleet.converge.json", logs / "fleet.results.json"
+    if not converge.is_file() and not results.is_file():
+        return "\n".join([*lines, "No fleet run recorded here (run: python tools/run_scenarios.py fleet).", ""])
+    if converge.is_file():
+        c = json.loads(converge.read_text())
+        lines.append(f"- fresh converge of {c['boxes']} boxes at once + the gateway: {c['seconds']:.0f} s wall time")
+    if results.is_file():
+        r = json.loads(results.read_text())
+        roll = r.get("rolling_rebuild") or {}
+        if roll:
+            lines.append(
+                f"- rolling rebuild (rebuild.yml, one box a turn): {float(roll['seconds']):.0f} s; "
+                f"client requests through the gateway meanwhile: {roll['requests']}, failed: {roll['failed']} "
+                f"(bound {roll['bound']})"
+            )
+        turn = r.get("failed_turn") or {}
+        if turn:
+            lines.append(f"- rebuild with a failing box: requests {turn['requests']}, failed {turn['failed']}")
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
     args = parser.parse_args(argv)
-    results = [compare_case(case) for case in load_cases()]
-    text = report(results, time_plan()) + unit_exposure_report()
+    cases = load_cases()
+    results = [compare_case(case) for case in cases]
+    text = (
+        report(results, time_plan())
+        + ablation_report(cases)
+        + unit_exposure_report()
+        + fleet_cache_report()
+        + fleet_bench_report()
+    )
     print(text)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

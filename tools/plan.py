@@ -268,6 +268,17 @@ def plan(values: Mapping[str, Any]) -> dict[str, Any]:
     return capacity_planner.plan(model, gpu, serving)
 
 
+def readme_cells(result: Mapping[str, Any]) -> list[str]:
+    """The figures of a topology's row in README.md's table (weights/GPU, KV cache/GPU, KV tokens,
+    concurrency at full length), as tests/unit/test_plan.py holds them equal to the plan."""
+    return [
+        f"{result['weights_gib_per_gpu']:.2f} GiB",
+        f"{result['kv_cache_gib_per_gpu']:.2f} GiB",
+        f"{result['kv_tokens']:,}",
+        f"{result['max_concurrency']:.1f}x",
+    ]
+
+
 def describe(values: Mapping[str, Any]) -> str:
     v = values
     return (

@@ -29,6 +29,8 @@ INVENTORY = ROOT / "inventories" / "production"
 UNITS: dict[str, tuple[tuple[str, ...], str]] = {
     "vllm.service": (("gpubox", "vllm_service"), "roles/vllm_service/templates/vllm.service.j2"),
     "gpubox-gpu-check.service": (("gpubox", "gpu_tuning"), "roles/gpu_tuning/templates/gpubox-gpu-check.service.j2"),
+    # The LAN cache host's PyPI proxy (roles/fleet_cache; rendered the same way, though it runs on the cache host).
+    "gpubox-pypi-cache.service": (("fleet_cache",), "roles/fleet_cache/templates/gpubox-pypi-cache.service.j2"),
 }
 # Drop-ins gpubox puts on a packaged unit: (roles, drop-in template, the packaged unit's lines the score
 # depends on: it runs as its own user). Scored as the packaged lines followed by the drop-in.
@@ -44,6 +46,12 @@ DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
         "roles/front_door/templates/nginx-hardening.conf.j2",
         "[Service]\nType=forking\nPIDFile=/run/nginx.pid\n"
         "ExecStart=/usr/sbin/nginx -g 'daemon on; master_process on;'\n",
+    ),
+    # The fleet's gateway (not on a box): Debian's haproxy.service runs its master as root.
+    "haproxy.service": (
+        ("llm_gateway",),
+        "roles/llm_gateway/templates/hardening.conf.j2",
+        "[Service]\nExecStart=/usr/sbin/haproxy -Ws -f /etc/haproxy/haproxy.cfg -p /run/haproxy.pid\nType=notify\n",
     ),
 }
 # The model store's transient unit (systemd-run): its properties are model_publish.sandbox_properties,

@@ -15,6 +15,9 @@ description:
   - Reads the model lock (C(gpubox_model_lock_file), on the controller) and adds
     C(gpubox_model_commit), the commit to serve (the revision when it is a commit, else its lock
     entry, else null) and C(gpubox_model_fetch_revision), what the model store asks the hub for.
+  - Adds C(gpubox_fleet_cache) (C(apt_proxy), C(pypi_index), C(model_endpoint), all empty without a
+    LAN cache) derived from C(gpubox_fleet_cache_url), and refuses a cache URL that names a host of
+    the C(gpu_boxes) group (its inventory name or C(ansible_host)).
   - Use it with C(query(...) | first); it takes no terms.
 options:
   _terms:
@@ -53,8 +56,24 @@ class LookupModule(LookupBase):
                 raw[name] = state_checks.UNSET
                 template_errors.append(f"{name} could not be templated: {exc}")
         public = state_checks.validate(raw).public()
-        public["errors"] = template_errors + public["errors"] + self._lock(public)
+        public["errors"] = template_errors + public["errors"] + self._lock(public) + self._cache_host(public, variables)
         return [public]
+
+    def _cache_host(self, public, variables):
+        """A LAN cache (gpubox_fleet_cache_url) on one of the inventory's GPU boxes is refused."""
+        url = public.get("gpubox_fleet_cache_url")
+        if not url:
+            return []
+        hostvars = variables.get("hostvars") or {}
+        boxes = {}
+        for host in (variables.get("groups") or {}).get("gpu_boxes", []):
+            try:
+                address = self._templar.template(hostvars[host].get("ansible_host", host))
+            except Exception:
+                address = host
+            boxes[host] = [address]
+        problem = state_checks.fleet_cache_host_problem(url, boxes)
+        return [problem] if problem else []
 
     @staticmethod
     def _lock(public):

@@ -39,11 +39,17 @@ public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.
   - sampler live set = ``SAMPLER_BYTES * S * vocab + T * hidden * act_bytes``: the model's output hidden
     states stay referenced while the sampler runs; the caller keeps the bf16 logits (2 B per entry);
     the sampler casts them to fp32 (4 B) and ``_apply_top_k_top_p`` sorts each row (fp32 values 4 B and
-    int64 indices 8 B, plus the sort's own buffers). Measured with torch's allocator on an H200 by
+    int64 indices 8 B, plus the sort's own buffers). Counted from the 0.7.3 code: during the sort 18 B per
+    entry are referenced (caller's bf16 logits 2, fp32 logits 4, sorted values 4, indices 8) plus the sort's
+    scratch; at the scatter that re-sorts the masked logits 32 B (those 18, top-k mask 1, ``probs_sort`` 4,
+    ``probs_sum`` 4, top-p mask 1, the scatter's output 4); the later softmax/log_softmax/exponential phase
+    about 22 B. Measured with torch's allocator on an H200 by
     bench/sampler_peak.py (torch 2.11; vLLM 0.7.3 ships 2.5.1): 38 B per (sequence x vocab entry) for
     1 or >= 128 sequences (the sort keeps 20 B of scratch) and 50 B for 2-127 sequences (another
     segmented-sort path). Checked on public logs: Llama-3-8B at 256 sequences logs 1.26 GiB at tp 1 and
     at tp 2 (vLLM PR #10511), the tp-independent peak that only the sampler gives; the model says 1.22.
+    DeepSeek-R1-Distill-Qwen-1.5B (vocab 151936) at 256 sequences logs 1.39 GiB (vllm#12529), 8x its MLP
+    live set; the model says 1.38.
   - ``ACTIVATION_FACTOR = 1.45``: measured/modelled MLP ratio of the cases whose peak is the MLP: 1.61 on
     the non-driver rank of a Qwen2.5-14B-architecture model tp2 at 2048 tokens (vllm#13061) and 1.31 for
     Qwen2.5-32B tp2 at 10000 tokens (vllm#15815). The remainder is allocator slack and attention
@@ -57,14 +63,21 @@ public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.
   vllm PR #14447 = 430 MiB from 24576). Pass ``gpu["memory_reserved_mib"]`` when it is known
   (``nvidia-smi -q``: FB Memory Usage / Reserved).
 
-Weights per GPU are ``weights_bytes / (tp * pp)``, where ``weights_bytes`` is the total size of the
-checkpoint's weight files (safetensors or .gguf); vLLM's own figure is within ~0.2 GiB of that for the
-calibration cases (e.g. Qwen2.5-32B tp2: 30.51 planned, 30.71 logged). bitsandbytes quantizes an
-unquantized checkpoint while loading it: when ``weights_bytes`` is at least the linear layers at the
-model's dtype, the linear layers count at ``BNB_4BIT_BYTES_PER_PARAM`` (nf4 + double-quantized absmax,
-vLLM's in-flight ``quantize_4bit(compress_statistics=True)``) and the rest as stored. GPTQ/AWQ/GGUF/fp8
-checkpoints are already quantized, so their files are their weights; a ``weights_bytes`` that is as large
-as the unquantized linear layers is refused. ``weights_source`` in the plan says where the figure came from.
+Weights per GPU are ``weights_bytes / (tp * pp)`` plus the rotary embedding's cos/sin cache (below), where
+``weights_bytes`` is the total size of the checkpoint's weight files (safetensors or .gguf); vLLM's own
+figure is within ~0.2 GiB of that for the calibration cases (e.g. Qwen2.5-32B tp2: 30.52 planned, 30.71
+logged). bitsandbytes quantizes an unquantized checkpoint while loading it: when ``weights_bytes`` is at
+least the linear layers at the model's dtype, the linear layers count at ``BNB_4BIT_BYTES_PER_PARAM`` (nf4
++ double-quantized absmax, vLLM's in-flight ``quantize_4bit(compress_statistics=True)``) and the rest as
+stored. GPTQ/AWQ/GGUF/fp8 checkpoints are already quantized, so their files are their weights; a
+``weights_bytes`` that is as large as the unquantized linear layers is refused. ``weights_source`` in the
+plan says where the figure came from. The cos/sin cache (vllm/model_executor/layers/rotary_embedding.py
+``RotaryEmbedding.__init__``: a buffer of ``max_position_embeddings x rotary_dim`` in the model's dtype,
+built from config.json's ``max_position_embeddings`` whatever ``max_model_len`` is, one per process and
+not split by tp) is allocated while the model loads, so vLLM counts it in "model weights take": 32 MiB for
+a 131072-position model, 0.24 GiB for Qwen2.5-7B-Instruct-1M's 1010000 positions (the longctx-wsl case
+logs 5.43 GiB, the files alone give 5.17). The planner takes ``rotary_dim = head_dim`` (partial-rotary
+models over-count a little).
 
 Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
 ``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
@@ -195,6 +208,7 @@ class ServingFacts:
 @dataclass
 class Plan:
     weights_gib_per_gpu: float = 0.0
+    rotary_cache_gib: float = 0.0
     activation_peak_gib: float = 0.0
     mlp_peak_gib: float = 0.0
     sampler_peak_gib: float = 0.0
@@ -423,6 +437,12 @@ def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
     return 2 * layers_per_gpu * kv_heads_per_gpu * model.head_dim * serving.kv_dtype_bytes
 
 
+def rotary_cache_bytes(model: ModelFacts) -> int:
+    """The rotary embedding's cos/sin cache on every GPU: max_position_embeddings x head_dim in the model's dtype."""
+    act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
+    return model.max_position_embeddings * model.head_dim * act_bytes
+
+
 def mlp_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     """Calibrated MLP live set of the forward pass over max_num_batched_tokens (every rank)."""
     act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
@@ -482,7 +502,7 @@ def _topology_errors(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts) ->
 def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: Plan) -> None:
     total_bytes = (gpu.total_mib - gpu.reserved_mib) * MIB
     budget = total_bytes * serving.utilization
-    weights = model.weights_bytes / (serving.tp * serving.pp)
+    weights = model.weights_bytes / (serving.tp * serving.pp) + rotary_cache_bytes(model)
     activation = activation_peak_bytes(model, serving)
     non_torch = non_torch_gib(serving) * GIB
     kv_bytes = budget - weights - activation - non_torch
@@ -491,6 +511,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
 
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu = weights / GIB
+    result.rotary_cache_gib = rotary_cache_bytes(model) / GIB
     result.activation_peak_gib = activation / GIB
     result.mlp_peak_gib = mlp_peak_bytes(model, serving) / GIB
     result.sampler_peak_gib = sampler_peak_bytes(model, serving) / GIB
@@ -563,6 +584,7 @@ def plan(model: dict, gpu: dict, serving: dict) -> dict:
 PLAN_ROWS = (
     ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
     ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
+    ("  rotary cos/sin", "rotary_cache_gib", "{:.2f} GiB"),
     ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
     ("  MLP live set", "mlp_peak_gib", "{:.2f} GiB"),
     ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),

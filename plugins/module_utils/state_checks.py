@@ -374,6 +374,82 @@ def _lock_file(name: str, value: Any) -> str:
     return posixpath.normpath(value)
 
 
+# --------------------------------------------------------------------------- the LAN cache (issue 8)
+# gpubox_fleet_cache_url names the cache host (roles/fleet_cache) as scheme://host[:port]. Boxes derive
+# every endpoint from it: the model hub and the PyPI index at that URL (nginx), apt's http proxy at the
+# same host's apt-cacher-ng port. Fixed here, once, so the role and the boxes cannot disagree.
+FLEET_CACHE_APT_PORT = 3142  # apt-cacher-ng's own default port (its Port: setting)
+FLEET_CACHE_PYPI_PATH = "/index/"  # proxpi's simple index, behind the cache's nginx
+_CACHE_URL_FIX = "use http://HOST[:PORT] of the host running roles/fleet_cache (no user, path or query), or '' for none"
+
+
+def _cache_url(name: str, value: Any) -> str:
+    """The LAN cache's base URL, normalized to scheme://host[:port] (no trailing slash)."""
+    from urllib.parse import urlsplit
+
+    if not isinstance(value, str):
+        raise _Bad(f"{name} must be a URL string, got {type(value).__name__} {_short(value)}: {_CACHE_URL_FIX}")
+    text = value.strip()
+    try:
+        url = urlsplit(text)
+        port = url.port
+        host = url.hostname
+    except ValueError:
+        raise _Bad(f"{name} is {_short(value)}, not a URL: {_CACHE_URL_FIX}") from None
+    if url.scheme not in ("http", "https") or not host or any(ch in text for ch in " \t\n\r\x00"):
+        raise _Bad(f"{name} is {_short(value)}: the cache is reached over http or https only. Fix: {_CACHE_URL_FIX}")
+    if url.username is not None or url.password is not None:
+        raise _Bad(
+            f"{name} carries credentials ({url.scheme}://USER:...@{host}): they would land in apt's and pip's "
+            f"configuration on every box. Fix: {_CACHE_URL_FIX}"
+        )
+    if url.path not in ("", "/") or url.query or url.fragment:
+        raise _Bad(
+            f"{name} is {_short(value)}: a path, query or fragment is not supported (the cache serves its "
+            f"endpoints at fixed paths of its root). Fix: {_CACHE_URL_FIX}"
+        )
+    shown = f"[{host}]" if ":" in host else host
+    return f"{url.scheme}://{shown}" + (f":{port}" if port is not None else "")
+
+
+def fleet_cache_endpoints(url: str | None) -> dict[str, str]:
+    """What a box uses for a (normalized) cache URL; all '' when there is no cache."""
+    try:
+        url = _cache_url("gpubox_fleet_cache_url", url) if url else None
+    except _Bad:
+        url = None  # reported by validate(); nothing is derived from a refused URL
+    if not url:
+        return {"apt_proxy": "", "pypi_index": "", "model_endpoint": ""}
+    from urllib.parse import urlsplit
+
+    host = urlsplit(url).netloc.rsplit("@", 1)[-1]
+    host = host if host.startswith("[") else host.split(":")[0]
+    return {
+        "apt_proxy": f"http://{host}:{FLEET_CACHE_APT_PORT}/",
+        "pypi_index": url + FLEET_CACHE_PYPI_PATH,
+        "model_endpoint": url,
+    }
+
+
+def fleet_cache_host_problem(url: str | None, gpu_hosts: Mapping[str, Any]) -> str | None:
+    """None, or the error when the cache URL names a GPU box: gpu_hosts maps each GPU box's inventory
+    name to its addresses (ansible_host). A box serving the fleet's downloads would be rebuilt, drained
+    and rebooted with the boxes it feeds."""
+    if not url:
+        return None
+    from urllib.parse import urlsplit
+
+    host = (urlsplit(url).hostname or "").lower()
+    for box, addresses in sorted(gpu_hosts.items()):
+        names = {str(box).lower()} | {str(a).lower() for a in (addresses or []) if a}
+        if host in names:
+            return (
+                f"gpubox_fleet_cache_url {url} names the GPU box {box}: the cache must run on a host outside "
+                "gpu_boxes (roles/fleet_cache on a plain Debian/Ubuntu host). Fix: point it at that host"
+            )
+    return None
+
+
 def _gpu_name(name: str, value: Any) -> str:
     return _text(re.compile(r"^\S(.{0,126}\S)?$"), "use nvidia-smi's product name, e.g. 'NVIDIA GeForce RTX 3090'")(
         name, value
@@ -432,6 +508,8 @@ FACTS: dict[str, Fact] = {
     "gpubox_front_door_enabled": Fact(_bool, True, "use true (nginx with TLS in front of vLLM)"),
     "gpubox_front_door_port": Fact(_int(1, 65535, "443"), True, "use 443"),
     "gpubox_scrape_networks": Fact(_networks, True, "use [] (loopback only) or your Prometheus networks"),
+    # The LAN cache host (roles/fleet_cache); unset or '' = every box goes upstream itself.
+    "gpubox_fleet_cache_url": Fact(_cache_url),
 }
 SECRET_FACTS = frozenset({"gpubox_api_key"})
 
@@ -476,6 +554,7 @@ class State:
         out["gpubox_api_key_set"] = "gpubox_api_key" in self.values and self.values["gpubox_api_key"] is not None
         out["gpubox_model_name"] = self.model_name
         out["gpubox_model_dir"] = self.model_dir
+        out["gpubox_fleet_cache"] = fleet_cache_endpoints(self.values.get("gpubox_fleet_cache_url"))
         out["errors"] = list(self.errors)
         return out
 

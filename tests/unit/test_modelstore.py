@@ -985,3 +985,23 @@ def test_discard_removes_a_directory_where_a_file_was_listed_without_following_l
     lib._discard(staging, [problem])
     assert not (staging / "sub" / "model.bin").exists() and (staging / "sub" / "other").read_text() == "stays"
     assert (outside / "keep").read_text() == "not the store's"
+
+
+def test_a_hub_that_redirects_files_to_storage_is_followed(
+    hub_a: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    """ModelScope answers large files with a 302 to a storage host (presigned URL): the test hub's
+    redirect mode does the same (a new query each time), and the real client follows it."""
+    hub_a.faults({"redirect": True})
+    mark = hub_a.mark()
+    result = lib.run_model_store(request_for(hub_a, store_root, client_venv))
+    assert result.changed and result.downloaded
+    same_content(store_root / "Tiny-Instruct", models["a"])
+    entries = hub_a.since(mark)
+    redirected = [e for e in entries if e["status"] == 302 and e["fault"] == "redirect"]
+    stored = [e for e in entries if e["path"].startswith("/_storage/") and e["status"] in (200, 206)]
+    assert redirected and stored
+    assert {e["path"].split("?")[0] for e in stored} >= {
+        f"/_storage/{result.commit}/{p.name}" for p in models["a"].iterdir()
+    }
+    assert len({e["path"] for e in stored}) == len(stored), "every redirect must carry its own signed query"

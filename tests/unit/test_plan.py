@@ -264,3 +264,17 @@ def test_a_host_outside_every_topology_group_names_the_missing_facts(
     rc, _, err = run(capsys, "-i", str(inv), "-l", "lonely")
     assert rc == 1
     assert "ERROR: gpubox_gpu_name is not set" in err and "ERROR: gpubox_model_id is not set" in err
+
+
+def test_readme_topology_table_is_the_plan() -> None:
+    """README.md's topology table shows `make plan`'s figures for every production topology group."""
+    rows = {}
+    for line in (ROOT / "README.md").read_text().splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[0].startswith("`gpu_"):
+            rows[cells[0].strip("`")] = cells[4:]
+    groups = plan_tool.topology_groups()
+    assert sorted(rows) == sorted(groups)
+    for group in groups:
+        result = plan_tool.plan(plan_tool.load_group_vars(group))
+        assert rows[group] == plan_tool.readme_cells(result), (group, "regenerate README's row from `make plan`")

@@ -487,7 +487,8 @@ def test_serving_scenario_plans_its_tiny_model_from_the_inventory() -> None:
     result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
     assert result["errors"] == []
     assert result["plan"]["fits"] is True
-    assert result["plan"]["weights_gib_per_gpu"] == pytest.approx(2_628_800 / GIB, rel=0.01)
+    # its model.safetensors plus the rotary cos/sin cache (2048 positions x head_dim 64 x float32, the serving dtype)
+    assert result["plan"]["weights_gib_per_gpu"] == pytest.approx((2_628_800 + 2048 * 64 * 4) / GIB, rel=0.01)
     without = {k: v for k, v in config.items() if k != "gpubox_model_config"}
     errors = preflight_checks.preflight(healthy_host("gpu_2x3090"), without)["errors"]
     assert any("not in the capacity catalog" in e and "gpubox_model_config" in e for e in errors)
@@ -548,3 +549,14 @@ def test_tiny_model_facts_match_the_generated_model(tmp_path: Path) -> None:
     config_json = json.loads((tmp_path / "m" / "config.json").read_text())
     assert model_catalog.config_mismatches(facts, config_json) == []
     assert facts["weights_bytes"] == (tmp_path / "m" / "model.safetensors").stat().st_size
+
+
+def test_preflight_refuses_an_mla_model_config_with_a_message_not_a_traceback() -> None:
+    """DeepSeek-V2/V3/R1 latent attention (kv_lora_rank in config.json) through gpubox_model_config."""
+    config = sim_cpu_engine_config()
+    config["gpubox_model_config"] = {**config["gpubox_model_config"], "kv_lora_rank": 512}
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
+    refusals = [e for e in result["errors"] if "latent attention" in e]
+    assert refusals, result["errors"]
+    assert "gpubox_model_config" in refusals[0] and config["gpubox_model_id"] in refusals[0]
+    assert "Traceback" not in "\n".join(result["errors"])

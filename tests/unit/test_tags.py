@@ -35,6 +35,7 @@ LAYERS = {
     "service": {"vllm_service"},
     "metrics": {"metrics"},
     "report": set(),
+    "fleet_cache": {"fleet_cache"},  # the LAN cache host (group fleet_cache), not a box layer
 }
 # Plays outside preflight that must list a task for the tag (the reboot gate guards the host layer).
 PLAYS = {

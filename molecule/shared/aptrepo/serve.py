@@ -20,7 +20,14 @@ from pathlib import Path
 
 
 class QuietHandler(http.server.SimpleHTTPRequestHandler):
-    """Static files from the repo root; only failed requests are logged."""
+    """Static files from the repo root; only failed requests are logged.
+
+    HTTP/1.1 with keep-alive, as NVIDIA's CDN speaks: a caching proxy in front (apt-cacher-ng in
+    molecule/fleet_cache) pipelines several requests on one connection, which an HTTP/1.0 server
+    closes after the first answer (seen: apt-cacher-ng's 503 "Connection closed, check DlMaxRetries").
+    """
+
+    protocol_version = "HTTP/1.1"
 
     def log_request(self, code: int | str = "-", size: int | str = "-") -> None:
         if str(code).isdigit() and int(code) >= 400:

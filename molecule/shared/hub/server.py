@@ -34,6 +34,11 @@ Fault injection, for tests (simulated network and storage faults):
     POST /_faults  {"throttle": {"model.safetensors": 500000}}
         serves that file at about 500000 bytes per second (a slow link: downloads last long enough
         to be interrupted on purpose).
+    POST /_faults  {"redirect": true}
+        serves every file as ModelScope does for large ones: the /repo request answers 302 with a
+        Location on a "storage" path of this server, /_storage/<commit>/<path>?Expires=..&Signature=..,
+        whose query differs on every request (as presigned URLs do); the storage path serves the bytes
+        (Range, and the faults above, apply there). A cache must follow it and key by the request.
     POST /_faults  {}            clears every fault.      GET /_faults   shows the current ones.
 The same JSON may be written to the --faults-file; it is re-read whenever its mtime changes.
 
@@ -48,6 +53,7 @@ import hashlib
 import json
 import os
 import re
+import secrets
 import ssl
 import sys
 import threading
@@ -57,7 +63,7 @@ from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, unquote, urlencode, urlsplit
 
 BLOCK = 64 * 1024
 LFS_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".onnx", ".msgpack", ".h5")
@@ -211,6 +217,7 @@ class Faults:
     extra: dict[str, bytes] = field(default_factory=dict)  # path -> content, listed after `extra_after`
     extra_after: int = 0
     throttle: dict[str, int] = field(default_factory=dict)  # path -> bytes per second
+    redirect: bool = False  # files answered with a 302 to the storage path
     listings: int = 0  # listings served since the faults were last set
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -226,11 +233,14 @@ class Faults:
     def parse(spec: Any) -> tuple[dict[str, dict[str, int]], set[str]]:
         if not isinstance(spec, dict):
             raise ValueError("the fault spec must be a JSON object")
-        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files", "throttle"}
+        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files", "throttle", "redirect"}
         if unknown:
             raise ValueError(
-                f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files, throttle"
+                f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files, throttle, "
+                "redirect"
             )
+        if not isinstance(spec.get("redirect", False), bool):
+            raise ValueError(f"redirect must be true or false, got {spec.get('redirect')!r}")
         drops: dict[str, dict[str, int]] = {}
         for path, value in (spec.get("drop_after_bytes") or {}).items():
             rule = value if isinstance(value, dict) else {"bytes": value}
@@ -250,6 +260,7 @@ class Faults:
         with self.lock:
             self.drops, self.corrupt, self.throttle = drops, corrupt, dict(throttle)
             self.extra, self.extra_after, self.listings = extra, after, 0
+            self.redirect = bool(spec.get("redirect", False))
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -257,6 +268,7 @@ class Faults:
                 "drop_after_bytes": {p: dict(r) for p, r in self.drops.items()},
                 "corrupt": {p: True for p in sorted(self.corrupt)},
                 "throttle": dict(self.throttle),
+                "redirect": self.redirect,
                 "extra_files": {"after": self.extra_after, "files": {p: v.decode() for p, v in self.extra.items()}},
             }
 
@@ -284,6 +296,10 @@ class Faults:
     def rate(self, path: str) -> int | None:
         with self.lock:
             return self.throttle.get(path)
+
+    def redirects(self) -> bool:
+        with self.lock:
+            return self.redirect
 
     def is_corrupt(self, path: str) -> bool:
         with self.lock:
@@ -399,6 +415,12 @@ class HubHandler(BaseHTTPRequestHandler):
         if url.path == "/_health":
             commits = sorted(self.repo.commits)
             return self._json(200, ok({"commit": self.repo.branch_head(), "commits": commits}), head)
+        storage = re.fullmatch(r"/_storage/([0-9a-f]{40})/(.+)", url.path)
+        if storage:  # the simulated storage host a redirected file points at
+            model = self.repo.commits.get(storage.group(1))
+            if model is None:
+                return self._json(404, error(404, f"no commit {storage.group(1)} in storage"), head)
+            return self._send_file(model, unquote(storage.group(2)), head, redirected=True)
         if url.path == "/api/v1/repos/internalAccelerationInfo":
             return self._json(404, error(404, "no acceleration in the test hub"), head)
         m = re.fullmatch(r"/api/v1/models/([^/]+)/([^/]+)(/revisions|/repo/files|/repo)?", url.path)
@@ -443,13 +465,23 @@ class HubHandler(BaseHTTPRequestHandler):
             self.wfile.write(content)
         self._log(200, 0 if head else len(content), "extra_files")
 
-    def _send_file(self, model: HubModel, file_path: str, head: bool) -> None:
+    def _send_file(self, model: HubModel, file_path: str, head: bool, redirected: bool = False) -> None:
         extra = self.faults.extra_content(file_path)
         if extra is not None:
             return self._send_extra(extra, head)
         f = model.files.get(file_path)
         if f is None:
             return self._json(404, error(10010205001, f"file {file_path!r} not found"), head)
+        if not redirected and self.faults.redirects():
+            # Like a presigned storage URL: another query on every request for the same file.
+            query = urlencode({"Expires": int(time.time()) + 3600, "Signature": secrets.token_hex(16)})
+            host = self.headers.get("Host") or "localhost"
+            location = f"http://{host}/_storage/{model.commit}/{quote(f.path)}?{query}"
+            self.send_response(HTTPStatus.FOUND)
+            self.send_header("Location", location)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return self._log(302, 0, "redirect")
         rng = parse_range(self.headers.get("Range"), f.size)
         if rng == "416":
             self.send_response(416)

@@ -40,9 +40,9 @@ def test_reboot_gate_skipped_only_because_this_is_a_container(host):
 
 def test_metrics_export_the_p2p_verdict_and_the_4x4090_plan(host):
     # node-exporter scraped inside the box; the numbers come from the GPU check and preflight's plan
-    # (make plan -l gpu_4x4090: 8785 blocks).
+    # (make plan -l gpu_4x4090: 8779 blocks).
     code = "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:9100/metrics').read().decode())"
     text = host.check_output(f'python3 -c "{code}"')
     lines = [line for line in text.splitlines() if line.startswith("gpubox_")]
     assert 'gpubox_info{cuda="12.2",driver="535.261.03-1",p2p="disabled"} 1' in lines, lines
-    assert "gpubox_kv_cache_blocks_planned 8785" in lines, lines
+    assert "gpubox_kv_cache_blocks_planned 8779" in lines, lines

@@ -1,0 +1,153 @@
+"""Verify the LAN cache of molecule/fleet_cache: what it saved upstream, and that nothing it serves is
+trusted by the boxes. Every request and check runs inside the containers (podman exec)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+CACHE, BOX1, BOX2 = "gpubox-m-fcache-cache", "gpubox-m-fcache-box1", "gpubox-m-fcache-box2"
+CACHE_URL = "http://10.231.94.10"
+MODEL = "gpubox-test/tiny-qwen2"
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
+RESULTS = PROJECT / ".cache/molecule-logs/fleet_cache-results.json"
+FAULTS = "/etc/gpubox-sim/hub-faults.json"
+HUB_LOG = "/var/log/gpubox-sim-hub.jsonl"
+TINY_WEIGHTS = 2628800  # model.safetensors of the tiny model (host_vars: weights_bytes)
+# Box 2 may cost the cache some revalidation of apt's index files; "about nothing" is this bound.
+BOX2_BOUND = 2 * 1024 * 1024
+
+
+def sh(container: str, script: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(
+        ["podman", "exec", "-i", container, "bash", "-c", script], input=stdin, capture_output=True, text=True
+    )
+    if check:
+        assert proc.returncode == 0, f"{container}: {script}\n{proc.stdout}\n{proc.stderr}"
+    return proc
+
+
+def set_faults(spec: dict) -> None:
+    sh(CACHE, f"cat > {FAULTS}.tmp && mv {FAULTS}.tmp {FAULTS}", stdin=json.dumps(spec))
+
+
+FETCH = r"""
+import hashlib, json, sys, urllib.request
+url = sys.argv[1]
+with urllib.request.urlopen(url, timeout=60) as r:
+    body = r.read()
+    print(json.dumps({"status": r.status, "cache": r.headers.get("X-Gpubox-Fleet-Cache"),
+                      "sha256": hashlib.sha256(body).hexdigest(), "size": len(body)}))
+"""
+
+
+def fetch(container: str, url: str) -> dict:
+    return json.loads(sh(container, f"python3 - '{url}'", stdin=FETCH).stdout)
+
+
+def commit(name: str) -> str:
+    return (EPHEMERAL / name).read_text().strip()
+
+
+@pytest.fixture(scope="module")
+def results() -> dict:
+    assert RESULTS.is_file(), f"{RESULTS} missing: the first converge writes it"
+    return json.loads(RESULTS.read_text())
+
+
+def test_box1_fetched_through_the_cache_from_every_source(results) -> None:
+    box1 = results["boxes"][0]
+    assert int(box1["apt_upstream_bytes"]) > 10 * 1024 * 1024, box1  # the driver and CUDA packages
+    assert int(box1["pypi_upstream_bytes"]) > 5 * 1024 * 1024, box1  # numpy alone is ~16 MB
+    assert int(box1["models_upstream_bytes"]) >= TINY_WEIGHTS, box1
+
+
+def test_box2_added_about_nothing_upstream_yet_got_everything_from_the_cache(results) -> None:
+    box1, box2 = results["boxes"][0], results["boxes"][1]
+    print(f"\n[fleet_cache] upstream bytes: box1={box1['upstream_bytes']} box2={box2['upstream_bytes']}")
+    assert int(box2["upstream_bytes"]) <= BOX2_BOUND, box2
+    assert int(box2["pypi_upstream_files"]) == 0, box2
+    # Box 2 really downloaded (through the cache): about as many bytes as box 1 was sent.
+    assert int(box2["apt_sent_bytes"]) >= 0.9 * int(box1["apt_sent_bytes"]) > 0, (box1, box2)
+    assert int(box2["models_sent_bytes"]) >= TINY_WEIGHTS, box2
+
+
+@pytest.mark.parametrize("box", [BOX1, BOX2])
+def test_boxes_point_at_the_cache_and_verified_what_they_got(box: str) -> None:
+    conf = sh(box, "cat /etc/apt/apt.conf.d/01gpubox-fleet-cache").stdout
+    assert 'Acquire::http::Proxy "http://10.231.94.10:3142/";' in conf
+    assert "trusted=yes" not in sh(box, "cat /etc/apt/sources.list.d/* /etc/apt/sources.list 2>/dev/null; true").stdout
+    fact = json.loads(sh(box, "cat /etc/ansible/facts.d/gpubox_model.fact").stdout)
+    assert fact["endpoint"] == CACHE_URL and fact["commit"] == commit("hub-commit")
+    # The live model's files match its manifest (what model_store checked: sha256 of every file).
+    live = f"/data/models/{MODEL.split('/')[1]}"
+    manifest = json.loads(sh(box, f"cat {live}/.gpubox-manifest.json").stdout)
+    for f in manifest["files"]:
+        got = sh(box, f"sha256sum {live}/{f['path']}").stdout.split()[0]
+        assert got == f["sha256"], f["path"]
+
+
+def test_a_redirected_file_is_cached_under_the_request_not_the_presigned_url() -> None:
+    """ModelScope serves files by a redirect to a storage host: nginx follows it and caches the body
+    under (model, Revision, FilePath); a second box's request is a HIT with no new upstream request."""
+    set_faults({"redirect": True})
+    url = f"{CACHE_URL}/api/v1/models/{MODEL}/repo?Revision={commit('hub-commit-b')}&FilePath=config.json"
+    mark = int(sh(CACHE, f"wc -l < {HUB_LOG}").stdout)
+    first, second = fetch(BOX1, url), fetch(BOX2, url)
+    hub = [json.loads(line) for line in sh(CACHE, f"tail -n +{mark + 1} {HUB_LOG}").stdout.splitlines()]
+    assert first["status"] == second["status"] == 200
+    assert (first["cache"], second["cache"]) == ("MISS", "HIT")
+    assert first["sha256"] == second["sha256"]
+    assert [e["status"] for e in hub if "config.json" in e["path"]] == [302, 200], hub
+    a_url = url.replace(commit("hub-commit-b"), commit("hub-commit"))
+    assert fetch(BOX1, a_url)["sha256"] == first["sha256"]  # commit B kept A's config.json: same bytes
+
+
+def test_a_tampered_wheel_from_the_cache_is_refused() -> None:
+    """pip checks each file against the sha256 the index page names: a cache whose stored wheel was
+    changed cannot slip it into a box."""
+    get = (
+        "rm -rf /tmp/fc-dl && /opt/gpubox/venv/bin/python -m pip download --no-deps --no-cache-dir "
+        "--disable-pip-version-check "
+        f"--index-url {CACHE_URL}/index/ --trusted-host 10.231.94.10 -d /tmp/fc-dl idna==3.20 2>&1"
+    )
+    assert sh(BOX2, get, check=False).returncode == 0  # control: the untouched cache serves it
+    wheel = sh(CACHE, "find /var/cache/gpubox-pypi-cache -name 'idna-3.20-*.whl' | head -1").stdout.strip()
+    assert wheel, "the box's environment fetched idna 3.20 through the cache"
+    flip = "import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read())"
+    flip += "; b[len(b) // 2] ^= 255; open(p, 'wb').write(b)"
+    sh(CACHE, f'python3 -c "{flip}" {wheel}')
+    refused = sh(BOX2, get, check=False)
+    assert refused.returncode != 0 and "HASH" in refused.stdout.upper(), refused.stdout
+
+
+def test_a_corrupt_model_file_from_the_cache_is_refused_and_the_live_model_stays() -> None:
+    """The hub (through a redirect) hands the cache a corrupt model.safetensors for commit B, which the
+    cache keeps: the box's model store refuses it (sha256 against the listing) and keeps commit A live."""
+    set_faults({"redirect": True, "corrupt": {"model.safetensors": True}})
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_CONFIG", str(PROJECT / "ansible.cfg"))
+    env.setdefault("ANSIBLE_ROLES_PATH", str(PROJECT / "roles"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(PROJECT / "collections"))
+    inventory = env.get("MOLECULE_INVENTORY_FILE") or str(EPHEMERAL / "inventory")
+    run = subprocess.run(
+        [
+            "ansible-playbook", "-i", inventory, str(Path(__file__).resolve().parents[1] / "refetch.yml"),
+            "-e", f"gpubox_model_revision={commit('hub-commit-b')}", "-e", "model_store_retries=0",
+            "-e", "model_store_poll_interval=2",
+        ],
+        capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    set_faults({})
+    assert run.returncode != 0, run.stdout[-3000:]
+    assert "sha256" in run.stdout.lower() or "checksum" in run.stdout.lower(), run.stdout[-3000:]
+    live = sh(BOX1, f"readlink /data/models/{MODEL.split('/')[1]}").stdout
+    assert commit("hub-commit") in live and commit("hub-commit-b") not in live
+    log = [json.loads(line) for line in sh(CACHE, "cat /var/log/nginx/gpubox-fleet-cache.log").stdout.splitlines()]
+    stored = [e for e in log if "model.safetensors" in e["uri"] and commit("hub-commit-b") in e["uri"]]
+    assert stored and stored[0]["upstream_status"].startswith("302"), stored

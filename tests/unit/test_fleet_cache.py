@@ -1,0 +1,108 @@
+"""The LAN cache (issue 8): gpubox_fleet_cache_url's one validator and what boxes derive from it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+
+
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [
+        ("http://10.0.0.5", "http://10.0.0.5"),
+        ("http://cache.lan:8080/", "http://cache.lan:8080"),
+        ("https://Cache.LAN", "https://cache.lan"),
+        ("http://[fd00::5]:81", "http://[fd00::5]:81"),
+    ],
+)
+def test_a_cache_url_is_normalized(value: str, expect: str) -> None:
+    assert state_checks.check("gpubox_fleet_cache_url", value) == (expect, None)
+
+
+@pytest.mark.parametrize("value", ["", None, "null"])
+def test_no_cache_is_no_error_and_no_endpoint(value: Any) -> None:
+    normalized, error = state_checks.check("gpubox_fleet_cache_url", value)
+    assert error is None and normalized is None
+    assert state_checks.fleet_cache_endpoints(normalized) == {"apt_proxy": "", "pypi_index": "", "model_endpoint": ""}
+
+
+@pytest.mark.parametrize(
+    ("value", "expect"),
+    [
+        ("ftp://cache.lan", "over http or https only"),
+        ("cache.lan:3142", "over http or https only"),
+        ("http://", "over http or https only"),
+        ("http://user:pw@cache.lan", "carries credentials"),  # pragma: allowlist secret (a refused test input)
+        ("http://token@cache.lan", "carries credentials"),
+        ("http://cache.lan/mirror", "a path, query or fragment is not supported"),
+        ("http://cache.lan/?x=1", "a path, query or fragment is not supported"),
+        ("http://cache.lan:99999", "not a URL"),
+        (3142, "must be a URL string"),
+    ],
+)
+def test_a_bad_cache_url_gets_one_line_naming_the_variable(value: Any, expect: str) -> None:
+    _, error = state_checks.check("gpubox_fleet_cache_url", value)
+    assert error is not None and error.startswith("gpubox_fleet_cache_url ") and expect in error
+    assert "\n" not in error
+    if isinstance(value, str) and "pw" in value:
+        assert "pw" not in error  # the password is never echoed
+
+
+def test_the_validate_entry_point_reports_it() -> None:
+    state = state_checks.validate({"gpubox_fleet_cache_url": "ftp://x"})
+    assert any(e.startswith("gpubox_fleet_cache_url ") for e in state.errors)
+
+
+def test_endpoints_derived_from_the_url() -> None:
+    assert state_checks.fleet_cache_endpoints("http://10.231.94.10:8080") == {
+        "apt_proxy": "http://10.231.94.10:3142/",
+        "pypi_index": "http://10.231.94.10:8080/index/",
+        "model_endpoint": "http://10.231.94.10:8080",
+    }
+    assert state_checks.fleet_cache_endpoints("https://[fd00::5]")["apt_proxy"] == "http://[fd00::5]:3142/"
+
+
+def test_a_cache_on_a_gpu_box_is_refused_naming_it() -> None:
+    boxes = {"box-a": ["10.0.0.11"], "box-b": ["10.0.0.12"]}
+    problem = state_checks.fleet_cache_host_problem("http://10.0.0.12:8080", boxes)
+    assert problem is not None and "box-b" in problem and problem.startswith("gpubox_fleet_cache_url ")
+    assert "box-a" in (state_checks.fleet_cache_host_problem("http://BOX-A", boxes) or "")
+    assert state_checks.fleet_cache_host_problem("http://10.0.0.5", boxes) is None
+    assert state_checks.fleet_cache_host_problem(None, boxes) is None
+
+
+def test_nothing_is_derived_from_a_refused_url() -> None:
+    state = state_checks.validate({"gpubox_fleet_cache_url": "http://u:p@cache.lan"})  # pragma: allowlist secret
+    assert state.public()["gpubox_fleet_cache"] == {"apt_proxy": "", "pypi_index": "", "model_endpoint": ""}
+
+
+def test_bench_says_not_measured_without_the_scenarios_results(tmp_path) -> None:
+    import bench
+
+    text = bench.fleet_cache_report(bench.ROOT / ".cache" / "no-such-results.json")
+    assert "not measured" in text and "/ for 1 box:" not in text
+
+
+def test_bench_reports_the_measured_ratio(tmp_path) -> None:
+    import json
+
+    import bench
+
+    path = bench.ROOT / ".cache" / "test-fleet-cache-results.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"box": "b1", "apt_upstream_bytes": "100", "pypi_upstream_bytes": "50", "models_upstream_bytes": "50",
+         "upstream_bytes": "200"},
+        {"box": "b2", "apt_upstream_bytes": "2", "pypi_upstream_bytes": "0", "models_upstream_bytes": "0",
+         "upstream_bytes": "2"},
+    ]  # fmt: skip
+    path.write_text(json.dumps({"boxes": rows}))
+    try:
+        text = bench.fleet_cache_report(path)
+    finally:
+        path.unlink()
+    assert "| b2 | 2 | 0 | 0 | 2 |" in text
+    assert "Upstream bytes for 2 boxes / for 1 box: 202 / 200 = 1.0100" in text

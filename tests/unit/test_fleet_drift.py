@@ -1,0 +1,82 @@
+"""The fleet report's comparison (plugins/module_utils/fleet_drift.py)."""
+
+from __future__ import annotations
+
+import pytest
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import fleet_drift
+
+
+def box(**over):
+    row = {
+        "kernel": "6.1.0-28-amd64",
+        "driver": "535.261.03-1",
+        "driver_held": True,
+        "cuda": "12.2",
+        "vllm": "0.7.3",
+        "torch": "2.5.1",
+        "model_id": "gpubox-test/tiny-qwen2",
+        "model_commit": "a" * 40,
+        "manifest_sha256": "b" * 64,
+        "p2p": "enabled",
+        "kv_tokens_planned": 76288,
+        "unit_state": "active",
+        "unit_restarts": 0,
+    }
+    row.update(over)
+    return row
+
+
+def test_identical_boxes_do_not_drift():
+    report = fleet_drift.compare({"b1": box(), "b2": box(), "b3": box()})
+    assert report["drift"] == []
+    assert report["majority"]["driver"] == "535.261.03-1"
+    assert "No drift." in fleet_drift.markdown(report)
+
+
+def test_a_box_off_the_majority_is_marked_and_only_that_value():
+    report = fleet_drift.compare({"b1": box(), "b2": box(model_commit="c" * 40), "b3": box()})
+    assert report["drift"] == [f"b2: model_commit is {'c' * 40}: majority {'a' * 40}"]
+    assert report["hosts"]["b2"]["model_commit"]["drift"] == [f"majority {'a' * 40}"]
+    assert report["hosts"]["b1"]["model_commit"]["drift"] == []
+    table = fleet_drift.markdown(report)
+    assert table.count("DRIFT") == 1 and "| b2 |" in table and "1 drifting value(s)." in table
+
+
+def test_desired_state_is_checked_even_when_every_box_agrees():
+    rows = {"b1": box(), "b2": box()}
+    report = fleet_drift.compare(rows, {"b1": {"model_id": "Qwen/Qwen2.5-14B-Instruct"}, "b2": {}})
+    assert report["drift"] == ["b1: model_id is gpubox-test/tiny-qwen2: desired Qwen/Qwen2.5-14B-Instruct"]
+
+
+def test_driver_unheld_and_numbers_compare_as_text():
+    report = fleet_drift.compare({"b1": box(), "b2": box(driver_held=False, kv_tokens_planned="76288"), "b3": box()})
+    assert [line.split(":")[1].strip() for line in report["drift"]] == ["driver_held is False"]
+
+
+def test_a_missing_value_drifts_from_the_majority():
+    report = fleet_drift.compare({"b1": box(), "b2": box(vllm=None), "b3": box()})
+    assert report["hosts"]["b2"]["vllm"]["drift"] == ["missing (majority 0.7.3)"]
+
+
+def test_no_majority_no_majority_drift():
+    report = fleet_drift.compare({"b1": box(torch="1"), "b2": box(torch="2")})
+    assert report["majority"]["torch"] is None
+    assert [d for d in report["drift"] if "torch" in d] == []
+
+
+def test_a_single_box_has_no_majority_but_has_a_desired_state():
+    report = fleet_drift.compare({"b1": box()}, {"b1": {"driver": "535.309.01-0+deb12u1"}})
+    assert report["majority"] == {}
+    assert report["drift"] == ["b1: driver is 535.261.03-1: desired 535.309.01-0+deb12u1"]
+
+
+def test_long_values_are_shortened_and_pipes_escaped_in_the_table():
+    report = fleet_drift.compare({"b1": box(kernel="a|b")})
+    table = fleet_drift.markdown(report)
+    assert "a\\|b" in table and "aaaaaaaaaaaa...aaaaaaaa" in table
+
+
+def test_rows_must_be_a_mapping():
+    with pytest.raises(TypeError):
+        fleet_drift.compare([box()])  # type: ignore[arg-type]
