@@ -5,9 +5,11 @@
 
 NAMES.txt holds one metric name per line: the sample names of a real scrape (histograms as their
 _bucket/_sum/_count series). The dashboard must be JSON with panels, and every panel query (each
-target's `expr`, in rows and nested panels too) must name only metrics in NAMES.txt. --skip-prefix
-leaves out the metrics of a source that scrape did not cover (e.g. vLLM's, on a box without vLLM); it
-may be given more than once.
+target's `expr`, in rows and nested panels too) must name only metrics in NAMES.txt. A query whose top
+level is `A or B` names alternatives (one metric under the names of two vLLM versions): it passes when
+every metric of one alternative is in NAMES.txt; checked against the scrapes of both versions, each
+alternative is proven by one of them. --skip-prefix leaves out the metrics of a source that scrape did
+not cover (e.g. vLLM's, on a box without vLLM); it may be given more than once.
 
 Exit status: 0 when every name is found, 1 when a query names a missing metric (each listed with its
 panel), 2 when the dashboard or names file is unusable.
@@ -35,6 +37,7 @@ _GROUPING = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([
 _IDENT = re.compile(r"(?<![\w:.])([a-zA-Z_:][a-zA-Z0-9_:]*)(?![\w:])(\s*\()?")
 _GRAFANA_VAR = re.compile(r"\$\{?\w+(?::\w+)?\}?")
 _DURATION = re.compile(r"^\d")
+_OR = re.compile(r"\bor\b")
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,25 @@ def metric_names(expr: str) -> set[str]:
             continue
         names.add(word)
     return names
+
+
+def alternatives(expr: str) -> list[str]:
+    """The operands of ``expr``'s top-level `or` (outside brackets and strings); [expr] when there is none."""
+    text = _STRING.sub(lambda m: "_" * len(m.group(0)), expr)
+    depth, cuts = 0, []
+    for i, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif depth == 0 and _OR.match(text, i) and (i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_:")):
+            cuts.append(i)
+    parts, start = [], 0
+    for cut in cuts:
+        parts.append(expr[start:cut])
+        start = cut + 2
+    parts.append(expr[start:])
+    return [part.strip() for part in parts]
 
 
 def _panels(panels: list) -> Iterator[dict]:
@@ -91,9 +113,14 @@ def missing(dashboard: dict, names: set[str], skip_prefixes: tuple[str, ...] = (
         raise DashboardError("the dashboard has no panel queries")
     out = []
     for query in found:
-        for name in sorted(metric_names(query.expr)):
-            if name not in names and not name.startswith(skip_prefixes):
-                out.append((query.panel, name))
+        lacking = []
+        for alternative in alternatives(query.expr):
+            lack = [n for n in sorted(metric_names(alternative)) if n not in names and not n.startswith(skip_prefixes)]
+            if not lack:
+                break
+            lacking += lack
+        else:
+            out += [(query.panel, name) for name in lacking]
     return out
 
 

@@ -44,6 +44,13 @@ DROP_INS: dict[str, tuple[tuple[str, ...], str, str]] = {
         "roles/metrics/templates/prometheus-node-exporter-hardening.conf.j2",
         "[Service]\nUser=prometheus\nExecStart=/usr/bin/prometheus-node-exporter\n",
     ),
+    # Debian's/Ubuntu's nginx.service runs the master as root (no User=).
+    "nginx.service": (
+        ("gpubox", "front_door"),
+        "roles/front_door/templates/nginx-hardening.conf.j2",
+        "[Service]\nType=forking\nPIDFile=/run/nginx.pid\n"
+        "ExecStart=/usr/sbin/nginx -g 'daemon on; master_process on;'\n",
+    ),
     # The fleet's gateway (not on a box): Debian's haproxy.service runs its master as root.
     "haproxy.service": (
         ("llm_gateway",),

