@@ -345,7 +345,34 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
         return "\n".join([*lines, "No fleet run recorded here (run: python tools/run_scenarios.py fleet).", ""])
     if converge.is_file():
         c = json.loads(converge.read_text())
-        lines.append(f"- fresh converge of {c['boxes']} boxes at once + the gateway: {c['seconds']:.0f} s wall time")
+        waves = c.get("waves") or []
+        if not waves:  # a run from before the fleet went through its LAN cache
+            lines.append(f"- fresh converge of {c['boxes']} boxes at once + the gateway: {float(c['seconds']):.0f} s wall time")
+        else:
+            lines += [
+                f"Fresh fleet of {c['boxes']} boxes through the LAN cache on the gateway host, site.yml in waves:",
+                "",
+                "| wave | boxes | wall time (s) | upstream bytes | apt | PyPI | models | bytes sent to boxes |",
+                "|---:|---|---:|---:|---:|---:|---:|---:|",
+            ]
+            for i, w in enumerate(waves, 1):
+                lines.append(
+                    f"| {i} | {', '.join(w['boxes'])} | {float(w['seconds']):.0f} | {int(w['upstream_bytes']):,} | "
+                    f"{int(w['apt_upstream_bytes']):,} | {int(w['pypi_upstream_bytes']):,} | "
+                    f"{int(w['models_upstream_bytes']):,} | {int(w['sent_bytes']):,} |"
+                )
+            one, rest = waves[0], waves[1:]
+            n_rest = sum(len(w["boxes"]) for w in rest)
+            lines += [
+                "",
+                f"- converge wall time: 1 box (cold cache) {float(one['seconds']):.0f} s; "
+                + "; ".join(f"{len(w['boxes'])} boxes at once (warm cache) {float(w['seconds']):.0f} s" for w in rest)
+                + f"; all {c['boxes']}: {float(c['seconds']):.0f} s",
+                f"- upstream bytes, {c['boxes']} boxes / 1 box: **{float(c['upstream_ratio_n_over_1']):.4f}** "
+                f"(bound {c['upstream_ratio_bound']}; the other {n_rest} boxes added "
+                f"{sum(int(w['upstream_bytes']) for w in rest):,} bytes)",
+                f"- {c.get('note', '')}",
+            ]
     if results.is_file():
         r = json.loads(results.read_text())
         roll = r.get("rolling_rebuild") or {}

@@ -106,3 +106,33 @@ def test_bench_reports_the_measured_ratio(tmp_path) -> None:
         path.unlink()
     assert "| b2 | 2 | 0 | 0 | 2 |" in text
     assert "Upstream bytes for 2 boxes / for 1 box: 202 / 200 = 1.0100" in text
+
+
+def test_bench_reports_the_fleet_waves_from_the_scenarios_record(tmp_path) -> None:
+    """make bench's fleet section is computed from what molecule/fleet wrote, wave by wave."""
+    import json
+
+    import bench
+
+    wave = {"apt_upstream_bytes": "0", "pypi_upstream_bytes": "0", "models_upstream_bytes": "0"}
+    converge = {
+        "boxes": 3,
+        "seconds": 900.0,
+        "waves": [
+            {**wave, "boxes": ["b1"], "seconds": "400", "upstream_bytes": "1000", "apt_upstream_bytes": "1000",
+             "sent_bytes": "1000"},
+            {**wave, "boxes": ["b2", "b3"], "seconds": "500", "upstream_bytes": "10", "sent_bytes": "2000"},
+        ],
+        "upstream_ratio_n_over_1": 1.01,
+        "upstream_ratio_bound": 1.1,
+        "note": "a note",
+    }  # fmt: skip
+    (tmp_path / "fleet.converge.json").write_text(json.dumps(converge))
+    (tmp_path / "fleet.results.json").write_text(
+        json.dumps({"rolling_rebuild": {"seconds": "300", "requests": 50, "failed": 0, "bound": 0}})
+    )
+    text = bench.fleet_bench_report(tmp_path)
+    assert "| 2 | b2, b3 | 500 | 10 | 0 | 0 | 0 | 2,000 |" in text
+    assert "1 box (cold cache) 400 s; 2 boxes at once (warm cache) 500 s; all 3: 900 s" in text
+    assert "3 boxes / 1 box: **1.0100**" in text and "added 10 bytes" in text
+    assert "requests through the gateway meanwhile: 50, failed: 0" in text
