@@ -345,10 +345,8 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
         return "\n".join([*lines, "No fleet run recorded here (run: python tools/run_scenarios.py fleet).", ""])
     if converge.is_file():
         c = json.loads(converge.read_text())
-        waves = c.get("waves") or []
-        if not waves:  # a run from before the fleet went through its LAN cache
-            lines.append(f"- fresh converge of {c['boxes']} boxes at once + the gateway: {float(c['seconds']):.0f} s wall time")
-        else:
+        waves = c["waves"]
+        if waves:
             lines += [
                 f"Fresh fleet of {c['boxes']} boxes through the LAN cache on the gateway host, site.yml in waves:",
                 "",
