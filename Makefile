@@ -10,7 +10,7 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
 # Longest first: run_scenarios.py starts them in this order, JOBS at a time.
-SCENARIOS ?= day2_driver crash fleet_cache day2_model serving default topology_4x4090 refusals python_env_conda host_ubuntu
+SCENARIOS ?= fleet day2_driver crash fleet_cache day2_model serving default topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
 .PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean promtool
