@@ -9,8 +9,10 @@ export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
-# Longest first: run_scenarios.py starts them in this order, JOBS at a time.
-SCENARIOS ?= fleet day2_driver crash fleet_cache day2_model serving default topology_4x4090 refusals python_env_conda host_ubuntu
+# run_scenarios.py starts them in this order, JOBS at a time. fleet (the longest, three CPU engines) runs
+# beside the scenarios without a CPU engine; the other CPU-engine scenarios (crash, day2_model, serving)
+# come after it: vLLM's CPU workers busy-poll, and engines sharing the 2 cores starve each other's start.
+SCENARIOS ?= fleet day2_driver fleet_cache default topology_4x4090 refusals crash day2_model serving python_env_conda host_ubuntu
 JOBS ?= 2
 
 .PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean promtool
