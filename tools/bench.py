@@ -380,6 +380,12 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
                 f"client requests through the gateway meanwhile: {roll['requests']}, failed: {roll['failed']} "
                 f"(bound {roll['bound']})"
             )
+        down = r.get("box_down") or {}
+        if down:
+            lines.append(
+                f"- a box whose vLLM stopped without a drain (the health check took it out and back): "
+                f"requests {down['requests']}, failed {down['failed']} (bound {down['bound']}: the one in flight)"
+            )
         turn = r.get("failed_turn") or {}
         if turn:
             lines.append(f"- rebuild with a failing box: requests {turn['requests']}, failed {turn['failed']}")
