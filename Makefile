@@ -9,16 +9,16 @@ export GPUBOX_APTREPO := $(CACHE)/aptrepo/repo
 export PATH := $(abspath $(VENV))/bin:$(PATH)
 export ANSIBLE_FORCE_COLOR := 0
 export PY_COLORS := 0
-# run_scenarios.py starts them in this order, JOBS at a time. fleet (the longest, three CPU engines) runs
-# beside the scenarios without a CPU engine; the other CPU-engine scenarios (crash, day2_model, serving)
-# come after it: vLLM's CPU workers busy-poll, and engines sharing the 2 cores starve each other's start.
-SCENARIOS ?= fleet day2_driver fleet_cache default topology_4x4090 refusals crash day2_model serving python_env_conda host_ubuntu
+# run_scenarios.py starts them in this order, JOBS at a time: the two longest first (serving: one CPU-engine
+# box through a crash-struck first converge, its tests and day two; fleet: three CPU-engine boxes behind a
+# cache and a gateway), then the scenarios without a CPU engine fill the lane that frees first.
+SCENARIOS ?= serving fleet day2_driver fleet_cache topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit vllm073 harness molecule test bench plan lock-models verify demo demo-clean clean promtool
+.PHONY: help venv lock lint unit vllm073 harness molecule test bench assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | lock | clean"
+	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -72,16 +72,42 @@ vllm073: venv
 
 harness: venv
 	molecule/shared/host-setup.sh
-	molecule/shared/image/build.sh
+	molecule/shared/image/layer.sh "$$(molecule/shared/image/build.sh)"
 	$(PY) molecule/shared/aptrepo/build_repo.py --out $(GPUBOX_APTREPO) --cache $(CACHE)/aptrepo
 
 molecule: harness
 	$(PY) tools/run_scenarios.py --jobs $(JOBS) $(SCENARIOS)
 
-test: lint unit vllm073 molecule
+# The checks that need no box (lint, unit, vllm073) run beside the scenarios, their output in
+# .cache/static.log (printed when they fail): most of their time is downloads and the scenarios' is CPU.
+# The harness comes first, so that both start from the same venv and host packages.
+STATIC_LOG := .cache/static.log
+test: harness
+	@mkdir -p $(dir $(STATIC_LOG))
+	@echo "make test: lint, unit and vllm073 beside the scenarios (log: $(STATIC_LOG))"
+	@$(MAKE) --no-print-directory lint unit vllm073 > $(STATIC_LOG) 2>&1 & static=$$!; \
+	  rc=0; $(MAKE) --no-print-directory molecule || rc=$$?; \
+	  if wait $$static; then echo "make test: lint, unit and vllm073 passed"; \
+	  else rc=1; echo "make test: lint, unit or vllm073 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
+	  exit $$rc
 
 bench: venv
 	$(PY) tools/bench.py --out bench/results.md
+
+assertions: venv
+	$(PY) tools/list_assertions.py
+
+# An inventory with Ansible Vault data (`ansible-vault create inventories/<inv>/group_vars/all.yml`): every
+# target that reads an inventory (plan, lock-models, verify, cache-purge, demo) takes its password the one
+# way, VAULT_PASSWORD_FILE=path (a file holding the password, or an executable script printing it), passed
+# as --vault-password-file to ansible-playbook and to tools/plan.py. ANSIBLE_VAULT_PASSWORD_FILE in the
+# environment works too, as Ansible reads it (tools/plan.py included).
+VAULT_PASSWORD_FILE ?=
+VAULT_ARGS = $(if $(strip $(VAULT_PASSWORD_FILE)),--vault-password-file '$(strip $(VAULT_PASSWORD_FILE))')
+# After a failed ansible-playbook run: name the fix when the inventory holds vault data and no password was given.
+VAULT_HINT = || { rc=$$?; if [ -z '$(strip $(VAULT_PASSWORD_FILE))' ] && [ -z "$${ANSIBLE_VAULT_PASSWORD_FILE:-}" ] \
+  && grep -rqs 'ANSIBLE_VAULT;' '$(INVENTORY)'; then echo "make $@: inventory $(INVENTORY) holds Ansible Vault data: \
+  give its password with make $@ VAULT_PASSWORD_FILE=path (or export ANSIBLE_VAULT_PASSWORD_FILE)" >&2; fi; exit $$rc; }
 
 # The memory plan of each box (one per group when its hosts share every fact), from the inventory as
 # Ansible reads it, over roles/gpubox/defaults; no box needed. LIMIT: groups or hosts, comma-separated
@@ -90,21 +116,32 @@ INVENTORY ?= inventories/production
 LIMIT ?= $(GROUP)
 plan: export GPUBOX_PLAN_EXTRA = $(EXTRA)
 plan: venv
-	$(PY) tools/plan.py -i $(INVENTORY) $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $${GPUBOX_PLAN_EXTRA:+-e "$$GPUBOX_PLAN_EXTRA"}
+	$(PY) tools/plan.py -i $(INVENTORY) $(VAULT_ARGS) $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $${GPUBOX_PLAN_EXTRA:+-e "$$GPUBOX_PLAN_EXTRA"}
 
 # Day two, the model (README): lock each box's branch to the commit the hub names now (written to
 # <inventory>/models.lock.json), and re-hash each box's live model against its manifest.
 lock-models: venv
-	ansible-playbook -i $(INVENTORY) playbooks/lock_models.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))')
+	ansible-playbook -i $(INVENTORY) $(VAULT_ARGS) playbooks/lock_models.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $(VAULT_HINT)
+
+# The hash locks python_env installs with pip --require-hashes (tools/lock_wheels.py): every pin of each
+# constraints file with the sha256 of each file PyPI's simple index lists for it. Refresh on purpose.
+LOCKED_PINS := roles/python_env/files/constraints-vllm-0.7.3.txt:roles/python_env/files/constraints-vllm-0.7.3.hashes.txt \
+  molecule/fleet_cache/constraints.txt:molecule/fleet_cache/constraints.hashes.txt
+lock-wheels: venv
+	for pair in $(LOCKED_PINS); do $(PY) tools/lock_wheels.py "$${pair%%:*}" --out "$${pair#*:}"; done
 
 verify: venv
-	ansible-playbook -i $(INVENTORY) playbooks/verify.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))')
+	ansible-playbook -i $(INVENTORY) $(VAULT_ARGS) playbooks/verify.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $(VAULT_HINT)
+
+# The LAN cache: remove its stored files of one model (MODEL=OWNER/NAME) or of every model (no MODEL).
+cache-purge: venv
+	ansible-playbook -i $(INVENTORY) $(VAULT_ARGS) playbooks/fleet_cache_purge.yml $(if $(strip $(MODEL)),-e 'fleet_cache_purge_model=$(strip $(MODEL))') $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $(VAULT_HINT)
 
 demo: harness
-	$(PY) tools/demo.py up
+	$(if $(strip $(VAULT_PASSWORD_FILE)),ANSIBLE_VAULT_PASSWORD_FILE='$(abspath $(strip $(VAULT_PASSWORD_FILE)))') $(PY) tools/demo.py up
 
 demo-clean: venv
-	$(PY) tools/demo.py down
+	$(if $(strip $(VAULT_PASSWORD_FILE)),ANSIBLE_VAULT_PASSWORD_FILE='$(abspath $(strip $(VAULT_PASSWORD_FILE)))') $(PY) tools/demo.py down
 
 clean:
 	rm -rf $(VENV) .cache

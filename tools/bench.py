@@ -7,13 +7,16 @@ error per case, the KV error per class (dense bf16/fp16, quantized, failures) wi
 and the median over all cases, and each case's verdict (starts / does not start / refused), then the same
 medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan()
 itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py),
-and reports the LAN cache's upstream bytes for N boxes / for 1 box from molecule/fleet_cache's results file.
+and reports the LAN cache's upstream bytes for N boxes / for 1 box from molecule/fleet_cache's results file,
+and the wall time of each molecule scenario and of each of its phases in the run of record of `make test`
+(bench/scenario-times.json, a copy of the times.json tools/run_scenarios.py writes; --record-times copies it).
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
 leaves. ``gpu_blocks`` is always the minimum over the ranks, the driver's.
 
     python tools/bench.py --out bench/results.md
+    python tools/bench.py --record-times   # .cache/molecule-logs/times.json -> bench/scenario-times.json
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import statistics
 import subprocess
 import sys
 import time
+from collections import Counter
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -392,10 +397,141 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
     return "\n".join(lines) + "\n"
 
 
+SCENARIO_TIMES = ROOT / "bench" / "scenario-times.json"
+MEASURED_TIMES = ROOT / ".cache" / "molecule-logs" / "times.json"
+RECORD_HINT = "run `make molecule`, then `python tools/bench.py --record-times`"
+
+
+def shown(path: Path) -> str:
+    """The path relative to the checkout when it lies inside it."""
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
+def load_times(path: Path) -> dict[str, Any]:
+    """times.json as tools/run_scenarios.py writes it, its shape checked (the message names the file)."""
+    try:
+        data = json.loads(path.read_text())
+    except json.JSONDecodeError as err:
+        raise SystemExit(f"{path}: not JSON ({err}); {RECORD_HINT}") from err
+    if not isinstance(data, dict) or not isinstance(data.get("scenarios"), list):
+        raise SystemExit(f"{path}: no list 'scenarios' (not a tools/run_scenarios.py times file); {RECORD_HINT}")
+    for i, row in enumerate(data["scenarios"]):
+        missing = [k for k in ("scenario", "result", "seconds", "phases") if k not in row]
+        bad = [p for p in row.get("phases", []) if not {"phase", "seconds"} <= set(p)]
+        if missing or bad:
+            what = f"lacks {', '.join(missing)}" if missing else "has a phase without 'phase' and 'seconds'"
+            raise SystemExit(f"{path}: scenarios[{i}] {what}; {RECORD_HINT}")
+    return data
+
+
+def phase_columns(scenarios: list[dict[str, Any]]) -> list[tuple[str, int]]:
+    """Table columns: (phase, nth time it ran in a scenario), in the order the scenarios ran them; a phase
+    that runs twice (destroy, first and last) has a column for each time."""
+    columns: list[tuple[str, int]] = []
+    for row in scenarios:
+        seen: dict[str, int] = {}
+        after = -1
+        for phase in row["phases"]:
+            seen[phase["phase"]] = seen.get(phase["phase"], 0) + 1
+            key = (phase["phase"], seen[phase["phase"]])
+            if key not in columns:
+                columns.insert(after + 1, key)
+            after = columns.index(key)
+    return columns
+
+
+def phase_cells(row: dict[str, Any], columns: list[tuple[str, int]]) -> dict[tuple[str, int], float]:
+    seen: dict[str, int] = {}
+    cells: dict[tuple[str, int], float] = {}
+    for phase in row["phases"]:
+        seen[phase["phase"]] = seen.get(phase["phase"], 0) + 1
+        cells[(phase["phase"], seen[phase["phase"]])] = float(phase["seconds"])
+    return cells
+
+
+def seconds(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0f}"
+
+
+def scenario_times_report(path: Path = SCENARIO_TIMES) -> str:
+    """Wall time of each molecule scenario of the run of record and of each of its phases (molecule
+    actions), from the times tools/run_scenarios.py measured (never estimated)."""
+    lines = ["", "# make test: time per scenario and phase", ""]
+    if not path.is_file():
+        lines.append(f"not measured: no {shown(path)} ({RECORD_HINT}).")
+        return "\n".join(lines) + "\n"
+    data = load_times(path)
+    rows = data["scenarios"]
+    columns = phase_columns(rows)
+    names = [name if n == 1 else f"{name} #{n}" for name, n in columns]
+    lines += [
+        f"Seconds, from {shown(path)} (tools/run_scenarios.py, {data.get('jobs', '?')} scenarios at a",
+        f"time, {data.get('started', '?')} to {data.get('finished', '?')}). A phase is one molecule action, timed",
+        "from its `Executing` line to its `Executed` line; other = the scenario's wall time outside them",
+        "(molecule's own start-up and bookkeeping). Scenarios in the order they started.",
+        "",
+        "| scenario | result | wall | " + " | ".join(names) + " | other |",
+        "|---|---|---:|" + "---:|" * (len(columns) + 1),
+    ]
+    totals = dict.fromkeys(columns, 0.0)
+    for row in rows:
+        cells = phase_cells(row, columns)
+        for key, value in cells.items():
+            totals[key] += value
+        other = float(row["seconds"]) - sum(cells.values()) if row["phases"] else None
+        lines.append(
+            f"| {row['scenario']} | {row['result']} | {seconds(float(row['seconds']))} | "
+            + " | ".join(seconds(cells.get(key)) for key in columns)
+            + f" | {seconds(other)} |"
+        )
+    wall = sum(float(row["seconds"]) for row in rows)
+    other_all = wall - sum(totals.values())
+    results = Counter(str(row["result"]) for row in rows)
+    lines.append(
+        f"| all | {', '.join(f'{n} {state}' for state, n in sorted(results.items()))} | {seconds(wall)} | "
+        + " | ".join(seconds(totals[key]) for key in columns)
+        + f" | {seconds(other_all)} |"
+    )
+    elapsed = elapsed_seconds(data)
+    if elapsed is not None:
+        lines += [
+            "",
+            f"Molecule step, first start to last end: {elapsed:.0f} s; sum of scenario wall times {wall:.0f} s.",
+        ]
+    return "\n".join(lines) + "\n"
+
+
+def elapsed_seconds(data: dict[str, Any]) -> float | None:
+    try:
+        started = datetime.fromisoformat(str(data["started"]))
+        finished = datetime.fromisoformat(str(data["finished"]))
+    except (KeyError, ValueError):
+        return None
+    return (finished - started).total_seconds()
+
+
+def record_times(source: Path = MEASURED_TIMES, dest: Path = SCENARIO_TIMES) -> None:
+    """Make the last measured run (tools/run_scenarios.py's times.json) the run of record."""
+    if not source.is_file():
+        raise SystemExit(f"no {source}: run `make molecule` (tools/run_scenarios.py writes it) first")
+    data = load_times(source)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_text(json.dumps(data, indent=2) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
+    parser.add_argument(
+        "--record-times",
+        action="store_true",
+        help=f"copy {MEASURED_TIMES.relative_to(ROOT)} to {SCENARIO_TIMES.relative_to(ROOT)}, print that section, stop",
+    )
     args = parser.parse_args(argv)
+    if args.record_times:
+        record_times()
+        print(scenario_times_report())
+        return 0
     cases = load_cases()
     results = [compare_case(case) for case in cases]
     text = (
@@ -404,6 +540,7 @@ def main(argv: list[str] | None = None) -> int:
         + unit_exposure_report()
         + fleet_cache_report()
         + fleet_bench_report()
+        + scenario_times_report()
     )
     print(text)
     if args.out:

@@ -39,10 +39,18 @@ from ansible.errors import AnsibleError
 from ansible.inventory.manager import InventoryManager
 from ansible.parsing.dataloader import DataLoader
 from ansible.parsing.vault import VaultSecretsContext
+from ansible.plugins.loader import init_plugin_loader
 from ansible.template import Templar
 from ansible.utils.context_objects import CLIArgs
 from ansible.utils.vars import combine_vars, load_extra_vars
 from ansible.vars.manager import VariableManager
+
+if __name__ == "__main__":
+    # As every ansible CLI does before anything else: without the collection loader an inventory's
+    # lookup('ansible.builtin.env', ...) is "not found". Before this checkout's collection is imported, so
+    # that it is imported through the loader too (imported as a module, by the unit tests, plan.py leaves
+    # the process's imports as they are).
+    init_plugin_loader()
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
 
@@ -127,8 +135,8 @@ def _ansible_message(exc: AnsibleError, source: str) -> str:
     if "vault" in text.lower():
         return (
             f"inventory {source} holds Ansible Vault data ({text.strip()}): give its password with "
-            "--vault-password-file FILE, --vault-id or --ask-vault-pass (or ANSIBLE_VAULT_PASSWORD_FILE); "
-            "the plan never reads the API key"
+            "--vault-password-file FILE (make plan VAULT_PASSWORD_FILE=FILE), --vault-id or --ask-vault-pass "
+            "(or set ANSIBLE_VAULT_PASSWORD_FILE); the plan never reads the API key"
         )
     return f"inventory {source} could not be read: {text.strip()}"
 
@@ -325,7 +333,13 @@ def main(argv: list[str] | None = None) -> int:
         "-e", "--extra-vars", action="append", default=[], help="as ansible-playbook -e: key=value, YAML/JSON or @file"
     )
     parser.add_argument("--vault-id", action="append", default=[], help="as ansible-playbook --vault-id")
-    parser.add_argument("--vault-password-file", action="append", default=[], help="as ansible-playbook")
+    parser.add_argument(
+        "--vault-password-file",
+        action="append",
+        default=[],
+        help="as ansible-playbook: the vault password (make plan VAULT_PASSWORD_FILE=FILE); "
+        "ANSIBLE_VAULT_PASSWORD_FILE is read too",
+    )
     parser.add_argument("--ask-vault-pass", action="store_true", help="as ansible-playbook")
     args = parser.parse_args(argv)
     if args.target and args.limit:

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""Keep each role README's variables table, and the top README's table of the desired state's
-facts, in step with meta/argument_specs.yml.
+"""Keep each role README's variables table, and the table of the desired state's facts in
+docs/deploy.md, in step with meta/argument_specs.yml.
 
 Tables live between the markers below; everything else in a README is hand-written.
 `role_readme.py` rewrites the tables; `role_readme.py --check` exits 1 when one is stale.
@@ -84,11 +84,11 @@ def main() -> int:
             stale.append(role.name)
             if not args.check:
                 path.write_text(new)
-    top = ROOT / "README.md"
+    top = ROOT / "docs" / "deploy.md"
     text = top.read_text()
-    new = replace_between(text, FACTS_BEGIN, FACTS_END, facts_table(), "README.md")
+    new = replace_between(text, FACTS_BEGIN, FACTS_END, facts_table(), "docs/deploy.md")
     if new != text:
-        stale.append("README.md (facts)")
+        stale.append("docs/deploy.md (facts)")
         if not args.check:
             top.write_text(new)
     if args.check and stale:

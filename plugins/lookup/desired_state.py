@@ -96,4 +96,10 @@ class LookupModule(LookupBase):
             commit = lock_file.locked_commit(entries, model_id, revision)
         public["gpubox_model_commit"] = commit
         public["gpubox_model_fetch_revision"] = commit or revision
+        # The content the lock pins (model_store refuses any other, whatever the channel), or None.
+        public["gpubox_model_content_sha256"] = (
+            lock_file.locked_content(entries, model_id, revision)
+            if isinstance(model_id, str) and isinstance(revision, str)
+            else None
+        )
         return errors

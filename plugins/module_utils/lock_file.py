@@ -11,7 +11,14 @@ needs no entry. Nothing here invents a commit: an entry only ever holds what a h
 The file is JSON (readable and diffable; YAML readers take it too)::
 
     {"_comment": "...", "schema": 1,
-     "models": {"OWNER/NAME@master": {"commit": "<40 hex>", "endpoint": "https://www.modelscope.cn"}}}
+     "models": {"OWNER/NAME@master": {"commit": "<40 hex>", "endpoint": "https://www.modelscope.cn",
+                                      "content_sha256": "<64 hex>", "files": 12, "total_bytes": 29540000000}}}
+
+``content_sha256`` pins the content, not only its name: the sha256 of the listing's model id, commit and
+every file's path, size and sha256 (hub_listing.content_sha256). Every converge refuses content whose
+digest differs, whatever the channel (https hub, http mirror, LAN cache): a hub or cache that publishes
+other weights under the locked commit is refused. An entry without it (written before it existed) pins
+the commit alone until ``make lock-models`` re-resolves it.
 
 Read on the controller (the desired_state lookup, the model_lock module delegated to localhost).
 """
@@ -21,8 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import re
 from typing import Any
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils.hub_listing import SHA256_RE, is_commit
 
 LOCK_SCHEMA = 1
 COMMENT = (
@@ -31,16 +39,15 @@ COMMENT = (
     "first converge of a revision with no entry; every later converge serves the locked commit. "
     "Change it on purpose: re-run make lock-models, or revert this file to roll back."
 )
-# A ModelScope (git) commit id: 40 lower-case hex digits.
-COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
+# A commit id and a sha256 have one definition each, hub_listing's (it says where the formats come from).
 
 
 class LockError(Exception):
     """A lock file that cannot be used: the message names the file and the fix."""
 
 
-def is_commit(revision: Any) -> bool:
-    return isinstance(revision, str) and bool(COMMIT_RE.match(revision))
+def is_sha256(value: Any) -> bool:
+    return isinstance(value, str) and bool(SHA256_RE.match(value))
 
 
 def lock_key(model_id: str, revision: str) -> str:
@@ -65,6 +72,12 @@ def parse_lock(text: str, where: str) -> dict[str, dict[str, Any]]:
     entries: dict[str, dict[str, Any]] = {}
     for key, entry in data["models"].items():
         commit = entry.get("commit") if isinstance(entry, dict) else None
+        content = entry.get("content_sha256") if isinstance(entry, dict) else None
+        if content is not None and not is_sha256(content):
+            raise LockError(
+                f"the model lock {where} entry {key!r} has content_sha256 {content!r}, not 64 lower-case hex "
+                "digits: revert the file, or remove the entry and run make lock-models"
+            )
         if "@" not in str(key) or not is_commit(commit):
             raise LockError(
                 f"the model lock {where} has an unusable entry {key!r}: each key is OWNER/NAME@REVISION and each "
@@ -94,6 +107,12 @@ def locked_commit(entries: dict[str, dict[str, Any]], model_id: str, revision: s
     return entry["commit"] if entry else None
 
 
+def locked_content(entries: dict[str, dict[str, Any]], model_id: str, revision: str) -> str | None:
+    """The content_sha256 the lock pins for model_id@revision (None when it pins none)."""
+    entry = entries.get(lock_key(model_id, revision))
+    return entry.get("content_sha256") if entry else None
+
+
 def render_lock(entries: dict[str, dict[str, Any]]) -> str:
     body = {"_comment": COMMENT, "schema": LOCK_SCHEMA, "models": dict(sorted(entries.items()))}
     return json.dumps(body, indent=2, sort_keys=False) + "\n"
@@ -102,15 +121,18 @@ def render_lock(entries: dict[str, dict[str, Any]]) -> str:
 def merge_lock(
     entries: dict[str, dict[str, Any]], resolved: list[dict[str, Any]], replace: bool
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """entries with each resolved {model_id, revision, commit, endpoint} added (or, with replace,
-    updated); returns the new entries and the keys that changed. A commit revision is never locked;
-    a resolved commit that is not a commit id (a listing that named none) is refused."""
+    """entries with each resolved {model_id, revision, commit, endpoint, content_sha256, files,
+    total_bytes} added (or, with replace, updated); returns the new entries and the keys that changed.
+    A commit revision is locked for its content only; a resolved commit that is not a commit id (a
+    listing that named none) is refused, and so is a content digest that is not 64 hex digits."""
     out = {k: dict(v) for k, v in entries.items()}
     changed = []
     for item in resolved:
         model_id, revision, commit = item.get("model_id"), item.get("revision"), item.get("commit")
-        if not isinstance(model_id, str) or not isinstance(revision, str) or is_commit(revision):
+        if not isinstance(model_id, str) or not isinstance(revision, str):
             continue
+        if is_commit(revision) and not item.get("content_sha256"):
+            continue  # a commit revision needs an entry only to pin its content
         if not is_commit(commit):
             raise LockError(
                 f"the hub's listing of {model_id}@{revision} names no commit id (got {commit!r}), so nothing can be "
@@ -119,7 +141,14 @@ def merge_lock(
         key = lock_key(model_id, revision)
         if key in out and not replace:
             continue
+        if is_commit(revision) and commit != revision:
+            raise LockError(f"the hub's listing of {model_id}@{revision} names another commit {commit!r}: not locked")
         entry = {"commit": commit, "endpoint": str(item.get("endpoint") or "")}
+        content = item.get("content_sha256")
+        if content not in (None, ""):
+            if not is_sha256(content):
+                raise LockError(f"the content_sha256 {content!r} of {model_id}@{revision} is not 64 hex digits")
+            entry |= {"content_sha256": content, "files": item.get("files"), "total_bytes": item.get("total_bytes")}
         if out.get(key) != entry:
             out[key] = entry
             changed.append(key)

@@ -172,8 +172,8 @@ def catalog_model(model_id: str) -> dict[str, Any]:
     if model_id not in CATALOG:
         known = ", ".join(sorted(CATALOG))
         raise UnknownModelError(
-            f"gpubox_model_id {model_id!r} is not in the capacity catalog (plugins/module_utils/"
-            f"gpubox_models.py); use one of: {known}, add an entry with its config.json facts, or give "
+            f"gpubox_model_id {model_id!r} is not in the capacity catalog (CATALOG in plugins/module_utils/"
+            f"model_catalog.py); use one of: {known}, add an entry with its config.json facts, or give "
             "them in the inventory as gpubox_model_config"
         )
     return dict(CATALOG[model_id])

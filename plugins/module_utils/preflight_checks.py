@@ -375,6 +375,25 @@ def _check_model_root_owner(host: dict[str, Any], config: dict[str, Any], report
         report.errors.append(problem)
 
 
+def _check_model_root_ancestors(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
+    """Every existing directory above gpubox_model_root is root's and not writable by others (the rule
+    the model store applies too): otherwise another user could swap the whole store."""
+    root = config.get("gpubox_model_root")
+    lines = host.get("model_root_ancestors") or []
+    if not root or not isinstance(lines, list):
+        return
+    for line in lines:
+        parts = str(line).split(" ", 2)
+        try:
+            uid, mode, path = int(parts[0]), int(parts[1], 8), parts[2]
+        except (IndexError, ValueError):
+            report.errors.append(f"gpubox_model_root ({root}): could not read the owner of a parent ({line!r})")
+            continue
+        problem = state_checks.store_ancestor_problem("gpubox_model_root", root, path, uid, mode)
+        if problem:
+            report.errors.append(problem)
+
+
 def _check_api_key(config: dict[str, Any], state_errors: list[str], report: _Report) -> None:
     ok = not any(e.startswith("gpubox_api_key") for e in state_errors)
     report.row("API key", "valid" if ok else "missing or invalid", ok)
@@ -464,6 +483,7 @@ def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
     _check_ram(host, model, factor, report)
     _check_disk(host, facts, model, headroom, report)
     _check_model_root_owner(host, facts, report)
+    _check_model_root_ancestors(host, facts, report)
     _check_api_key(facts, state_errors, report)
     _check_secure_boot(host, config, report)
     _check_model_lock(facts, config, report)

@@ -119,6 +119,24 @@ def store_root_problem(name: str, path: str, uid: int | None, mode: int | None, 
     return None
 
 
+def store_ancestor_problem(name: str, root: str, ancestor: str, uid: int | None, mode: int | None) -> str | None:
+    """The rule for each existing directory above the store root: root's, and not writable by group or
+    others unless sticky (like /tmp: then no other user may rename what root put there). A writable
+    ancestor lets another user move the whole store aside and put their own in its place."""
+    if uid != 0:
+        return (
+            f"{name} {root} lies under {ancestor}, owned by uid {uid}, not root: that user could swap the whole "
+            f"store. Fix: `chown root:root {ancestor}` or choose a path whose every parent is root's"
+        )
+    if mode is None or (mode & _GROUP_OTHER_WRITE and not mode & 0o1000):
+        shown = "unknown" if mode is None else f"{mode & 0o7777:04o}"
+        return (
+            f"{name} {root} lies under {ancestor}, mode {shown}, writable by group or others: another user could "
+            f"swap the whole store. Fix: `chmod go-w {ancestor}` (or +t) or choose another path"
+        )
+    return None
+
+
 API_KEY_CHARS = r"A-Za-z0-9._~+/=:@,-"
 API_KEY_MIN = 16
 _API_KEY_RE = re.compile(rf"^[{API_KEY_CHARS}]{{{API_KEY_MIN},512}}$")

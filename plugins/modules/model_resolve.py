@@ -61,6 +61,16 @@ total_bytes:
   description: Size of the model at that commit.
   type: int
   returned: success
+files:
+  description: Number of files at that commit.
+  type: int
+  returned: success
+content_sha256:
+  description: >-
+    Digest of the listing's content (model id, commit, every file's path, size, sha256), what the
+    model lock pins.
+  type: str
+  returned: success
 """
 
 from urllib.parse import urlsplit  # noqa: E402
@@ -92,7 +102,13 @@ def main() -> None:
         listing = fetch_listing(p["endpoint"], p["model_id"], p["revision"], timeout=120.0, cafile=p["ca_bundle"])
     except ModelStoreError as exc:
         module.fail_json(msg=str(exc))
-    module.exit_json(changed=False, commit=listing.commit, total_bytes=listing.total_size)
+    module.exit_json(
+        changed=False,
+        commit=listing.commit,
+        total_bytes=listing.total_size,
+        files=len(listing.files),
+        content_sha256=listing.content_sha256,
+    )
 
 
 if __name__ == "__main__":

@@ -103,6 +103,15 @@ options:
       - The config.json facts the model must have (the capacity catalog's entry or the inventory's
         gpubox_model_config). A download whose config.json disagrees fails before it is published.
     type: dict
+  content_sha256:
+    description:
+      - The content the model lock pins for this model and revision (the lock entry's content_sha256,
+        the sha256 over the model id, commit and every file's path, size and sha256). A listing whose
+        content differs is refused before anything changes, whatever channel it came over.
+    type: str
+  lock_file:
+    description: The model lock file named in the refusal (gpubox_model_lock_file).
+    type: str
 attributes:
   check_mode:
     support: full
@@ -142,6 +151,10 @@ revision:
   returned: always
 manifest_sha256:
   description: Digest of the published manifest.
+  type: str
+  returned: success
+content_sha256:
+  description: Digest of the listing's content, what the model lock pins.
   type: str
   returned: success
 total_bytes:
@@ -213,6 +226,8 @@ ARGUMENT_SPEC = {
     "reserve_bytes": {"type": "int", "required": True},
     "ca_bundle": {"type": "path"},
     "expected_config": {"type": "dict"},
+    "content_sha256": {"type": "str"},
+    "lock_file": {"type": "str"},
 }
 
 

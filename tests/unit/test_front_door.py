@@ -4,12 +4,18 @@
 - the desired state refuses a front door on vLLM's own port, and vllm_service refuses a LAN bind
   behind the front door;
 - nginx's file: /v1/ unbuffered, limits per client and per key, /metrics and /health only to loopback
-  and the scrape networks, no log format that could carry the Authorization header;
+  and the scrape networks, no log format that could carry the Authorization header; X-Forwarded-For
+  believed from the gateway networks only; nginx's own errors as JSON; Mozilla intermediate ciphers;
+- the front door's inputs refused by its validate entry point, naming the variable;
 - nftables' file: policy drop, each port only from its networks, split by address family.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -124,6 +130,68 @@ def test_nginx_file_streams_limits_and_keeps_metrics_to_the_scrape_networks() ->
     assert "access_log /var/log/nginx/gpubox-front-door.access.log combined;" in conf
     assert conf.count("$http_authorization") == 1
     assert "location / {\n        return 404;" in conf
+    # Without a gateway in front, X-Forwarded-For is never believed.
+    assert "set_real_ip_from" not in conf and "real_ip_header" not in conf
+
+
+def test_nginx_file_believes_x_forwarded_for_from_the_gateway_only_and_answers_json_errors() -> None:
+    conf = _render(
+        "front_door",
+        "gpubox-front-door.conf.j2",
+        {"front_door_gateway_networks": ["10.231.93.5/32", "2001:db8::/64"], "front_door_burst_per_key": 0},
+    )
+    lines = [line.strip() for line in conf.splitlines()]
+    assert [line for line in lines if line.startswith("set_real_ip_from")] == [
+        "set_real_ip_from 10.231.93.5/32;",
+        "set_real_ip_from 2001:db8::/64;",
+    ]
+    # The last address only: the one the gateway appended, never one a client wrote before it.
+    assert "real_ip_header X-Forwarded-For;" in lines and "real_ip_recursive off;" in lines
+    # nginx refuses burst=0: no burst is no burst= at all.
+    assert "limit_req zone=gpubox_key;" in lines and "limit_req zone=gpubox_client burst=20;" in lines
+    # Mozilla intermediate, TLS 1.2 and 1.3: AEAD suites with ECDHE/DHE only.
+    (ciphers,) = [line.split()[1].rstrip(";") for line in lines if line.startswith("ssl_ciphers ")]
+    assert ciphers.split(":")[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
+    assert all(c.startswith(("ECDHE-", "DHE-")) and ("GCM" in c or "CHACHA20" in c) for c in ciphers.split(":"))
+    assert "ssl_protocols TLSv1.2 TLSv1.3;" in lines and "ssl_session_tickets off;" in lines
+    # nginx's own errors go to one JSON location; the status stays the error's (no "=").
+    assert "error_page 400 403 404 405 408 413 414 429 500 502 503 504 @gpubox_error;" in lines
+    block = conf.split("location @gpubox_error {", 1)[1].split("\n    }", 1)[0]
+    assert "default_type application/json;" in block
+    body = block.split("return 200 '", 1)[1].split("'", 1)[0]
+    assert body.startswith('{"error":{"message":"$gpubox_error_message","type":"$gpubox_error_type"')
+    assert not any(line.startswith("proxy_intercept_errors") for line in lines)  # vLLM's own errors pass through
+
+
+PLAY = """
+- hosts: gpu-box
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: front_door
+        tasks_from: validate
+"""
+
+
+def _validate(tmp_path: Path, extra: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    (tmp_path / "play.yml").write_text(PLAY)
+    extra = {"ansible_connection": "local", "vault_gpubox_api_key": ansible_vars.TEST_KEY, **extra}
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(ROOT / "inventories" / "production")]
+    argv += [str(tmp_path / "play.yml"), "-e", json.dumps(extra)]
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+
+
+def test_front_door_inputs_pass_when_good_and_are_refused_naming_the_variable(tmp_path: Path) -> None:
+    good = _validate(tmp_path, {"front_door_gateway_networks": ["10.231.93.5", "2001:db8::/64"]})
+    assert good.returncode == 0, good.stdout
+    bad = _validate(
+        tmp_path, {"front_door_gateway_networks": ["10.1.2.3/8"], "front_door_tls_ciphers": "HIGH; ssl_ciphers ALL"}
+    )
+    assert bad.returncode != 0
+    assert "front_door: 2 problem(s). Nothing was changed." in bad.stdout
+    assert "front_door_gateway_networks[0] is '10.1.2.3/8', which has host bits set: write 10.0.0.0/8" in bad.stdout
+    assert "front_door_tls_ciphers is HIGH; ssl_ciphers ALL: write an OpenSSL cipher list" in bad.stdout
 
 
 # --------------------------------------------------------------------------- nftables

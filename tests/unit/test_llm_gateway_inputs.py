@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -78,6 +79,18 @@ def test_a_good_pool_passes(tmp_path):
             {"llm_gateway_backends": ["b1"], "llm_gateway_tls_certificate": "-----BEGIN CERTIFICATE-----"},
             "given together",
         ),
+        (
+            {"llm_gateway_backends": ["b1"], "llm_gateway_rate_per_client": 0},
+            "llm_gateway_rate_per_client must be 1-1000000 requests",
+        ),
+        (
+            {"llm_gateway_backends": ["b1"], "llm_gateway_rate_period_s": 0},
+            "llm_gateway_rate_period_s must be 1-3600 s",
+        ),
+        (
+            {"llm_gateway_backends": ["b1"], "llm_gateway_tls_ciphers": "HIGH; ssl-default-bind-options"},
+            "llm_gateway_tls_ciphers is HIGH; ssl-default-bind-options: write an OpenSSL cipher list",
+        ),
     ],
 )
 def test_bad_input_is_refused(tmp_path, gw_vars, expected):
@@ -90,3 +103,45 @@ def test_bad_input_is_refused(tmp_path, gw_vars, expected):
 def test_a_gateway_that_is_a_gpu_box_is_refused(tmp_path):
     done = validate(tmp_path, {"llm_gateway_backends": ["b1"]}, gpu_boxes=("b1", "gw"))
     assert done.returncode != 0 and "the gateway host gw is in gpu_boxes" in done.stdout
+
+
+def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
+    from ansible.template import trust_as_template
+
+    import ansible_vars
+
+    templar, variables = ansible_vars.templar_for(
+        "unit-gw",
+        roles=("llm_gateway",),
+        groups=("fleet_cache",),
+        extra_vars={
+            "ansible_managed": "managed by a test",
+            "__llm_gateway_servers": [{"name": "b1", "address": "10.0.0.1", "port": 443}],
+        },
+    )
+    text = (ROOT / "roles/llm_gateway/templates/haproxy.cfg.j2").read_text()
+    conf = templar.template(trust_as_template(text))
+    lines = [line.strip() for line in conf.splitlines()]
+    ciphers = templar.template(variables["llm_gateway_tls_ciphers"])
+    # Mozilla intermediate: AEAD with ECDHE/DHE only, one fact written into both directions.
+    assert ciphers.split(":")[0] == "ECDHE-ECDSA-AES128-GCM-SHA256" and "CBC" not in ciphers and ":AES" not in ciphers
+    assert f"ssl-default-bind-ciphers {ciphers}" in lines and f"ssl-default-server-ciphers {ciphers}" in lines
+    assert "ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets" in lines
+    # Every error HAProxy answers itself is OpenAI-style JSON.
+    answers = [x for x in lines if x.startswith(("http-error status ", "http-request return status "))]
+    assert sorted(int(x.split()[2] if x.startswith("http-error") else x.split()[3]) for x in answers) == [
+        400, 401, 403, 404, 408, 429, 500, 502, 503, 504,
+    ]  # fmt: skip
+    for line in answers:
+        assert "content-type application/json string " in line, line
+        body = json.loads(re.search(r' string "((?:[^"\\]|\\.)*)"', line).group(1).replace('\\"', '"'))
+        assert set(body["error"]) == {"message", "type", "code"}, line
+    # Per-client limit first, then the client's own X-Forwarded-For dropped before HAProxy writes its own.
+    frontend = lines[lines.index("frontend gpubox_api") :]
+    assert "stick-table type ipv6 size 100k expire 20s store http_req_rate(10s)" in frontend
+    assert (
+        frontend.index("http-request track-sc0 src")
+        < frontend.index("http-request deny deny_status 429 if { sc_http_req_rate(0) gt 200 }")
+        < next(i for i, x in enumerate(frontend) if x.startswith("http-request return status 401"))
+    )
+    assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index("option forwardfor")

@@ -7,7 +7,7 @@ was resolved to, read from a lock file beside the inventory, until the lock is c
 - preflight warns about a branch with no entry and not about a locked or commit revision;
 - the model_lock module (through `ansible localhost`) adds missing entries, replaces only when
   asked, writes only on a change and never locks a listing's content id.
-The molecule scenario day2_model proves the same end to end on a box with the test hub.
+The molecule scenario serving (its day-two side effect) proves the same end to end on a box with the test hub.
 """
 
 from __future__ import annotations
@@ -46,9 +46,18 @@ def test_lock_round_trips_and_merges() -> None:
     assert same == entries and changed == []
     moved, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], True)
     assert moved[f"{MODEL}@master"]["commit"] == B and changed == [f"{MODEL}@master"]
-    # a commit revision is never locked
+    # a commit revision is not locked for its commit alone ...
     kept, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": A}], True)
     assert kept == {} and changed == []
+    # ... only to pin its content (content_sha256)
+    pinned, changed = lock_file.merge_lock(
+        {}, [{"model_id": MODEL, "revision": A, "commit": A, "content_sha256": "c" * 64, "files": 3}], True
+    )
+    assert pinned[f"{MODEL}@{A}"]["content_sha256"] == "c" * 64 and changed == [f"{MODEL}@{A}"]
+    with pytest.raises(lock_file.LockError, match="another commit"):
+        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": B, "content_sha256": "c" * 64}], True)
+    with pytest.raises(lock_file.LockError, match="64 hex"):
+        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": A, "content_sha256": "x"}], True)
 
 
 def test_a_listing_without_a_commit_is_never_locked() -> None:

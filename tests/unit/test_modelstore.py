@@ -7,12 +7,15 @@ connection and a corrupted object. The module is a thin wrapper (options -> mode
 run_model_store): most tests build the Request from the module's own argument_spec and call
 run_model_store directly; a few run the module itself through `ansible`.
 
-The client runs as an unprivileged user (here `nobody`; on a box model_store_download_user), so
+The client runs as an unprivileged user (here `gpubox-test-fetch`, a system user the tests create: the
+store kills every process of the download user's uid after a run without systemd, so it must be a
+user of its own, as model_store_download_user is on a box), so
 everything it must reach lives under TEST_BASE (/srv/gpubox-tests, world-traversable): its venv, the
 store roots, a TLS hub's CA file. Not /tmp: the module checks its root with the desired-state
 validator, which refuses a model store under /tmp or /root (as preflight does). Without systemd as
-PID 1 (a CI machine) the client runs as a plain child process under that user; the systemd sandbox
-is exercised by the molecule scenarios, which run real systemd.
+PID 1 (a CI machine) the store refuses to run the client unless the test-only switch
+GPUBOX_TEST_UNSANDBOXED_CLIENT=1 is set (this module sets it); the client then runs as a plain child
+process under that user. The systemd sandbox is exercised by the molecule scenarios (real systemd).
 """
 
 from __future__ import annotations
@@ -40,15 +43,24 @@ import pytest
 import yaml
 
 import ansible_vars
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    model_client,
+    state_checks,
+    store_layout,
+    store_progress,
+)
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish as lib
-from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
 ROOT = Path(__file__).resolve().parents[2]
 HUB = ROOT / "molecule/shared/hub"
 CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache/gpubox"))
 # Root's, 0755: the download user can reach what lies here (unlike ~/.cache under /root).
 TEST_BASE = Path(os.environ.get("GPUBOX_TEST_SRV", "/srv/gpubox-tests"))
-DOWNLOAD_USER = "nobody"
+DOWNLOAD_USER = "gpubox-test-fetch"
+if subprocess.run(["id", "-u", DOWNLOAD_USER], capture_output=True).returncode != 0:
+    subprocess.run(["useradd", "--system", "-M", "-s", "/usr/sbin/nologin", DOWNLOAD_USER], check=True)
+# The test-only switch: no systemd here, so the client runs as a plain child of the download user.
+os.environ["GPUBOX_TEST_UNSANDBOXED_CLIENT"] = "1"
 SYSTEM_PYTHON = "/usr/bin/python3"
 
 # The client the store is tested with (see roles/model_store/README.md for why this one), plus what
@@ -419,24 +431,30 @@ def scratch() -> Iterator[Path]:
     shutil.rmtree(work, ignore_errors=True)
 
 
+def wrapper_client(scratch: Path, client_venv: Path, then: str, real: bool = True) -> Path:
+    """A modelscope_bin for the download user: the real CLI (unless not real), then the shell lines then,
+    with $staged set to its --local_dir (a simulated client defect or a hostile client)."""
+    wrapper = scratch / "bin/modelscope"
+    wrapper.parent.mkdir()
+    (wrapper.parent / "python").symlink_to(client_venv / "bin/python")
+    run = f'"{client_venv}/bin/modelscope" "$@" || exit $?\n' if real else ""
+    wrapper.write_text(f'#!/bin/sh\n{run}staged="$(echo "$@" | sed "s/.*--local_dir //")"\n{then}')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 def test_verifier_refetches_a_file_the_client_accepted(
     hub_a: Hub, client_venv: Path, models, scratch: Path, store_root: Path
 ) -> None:
     # Simulated client defect (like modelscope#1114: a bad file left in place): a wrapper runs the
     # real CLI, then damages tokenizer.json once. The store's own sha256 check must catch it.
-    tmp_path = scratch
-    marker = tmp_path / "marks/damaged-once"
-    wrapper = tmp_path / "bin/modelscope"
-    wrapper.parent.mkdir()
-    (wrapper.parent / "python").symlink_to(client_venv / "bin/python")
-    wrapper.write_text(
-        "#!/bin/sh\n"
-        f'"{client_venv}/bin/modelscope" "$@" || exit $?\n'
-        'staged="$(echo "$@" | sed "s/.*--local_dir //")"\n'
+    marker = scratch / "marks/damaged-once"
+    wrapper = wrapper_client(
+        scratch,
+        client_venv,
         f'if [ ! -e "{marker}" ]; then touch "{marker}"; printf X | '
-        'dd of="$staged/tokenizer.json" bs=1 seek=10 conv=notrunc 2>/dev/null; fi\n'
+        'dd of="$staged/tokenizer.json" bs=1 seek=10 conv=notrunc 2>/dev/null; fi\n',
     )
-    wrapper.chmod(0o755)
     root = store_root
     mark = hub_a.mark()
     req = request_for(hub_a, root, client_venv, modelscope_bin=str(wrapper), retries=1)
@@ -615,7 +633,7 @@ def listing_payload(**overrides: Any) -> dict[str, Any]:
         "Type": "blob",
         "Size": 3,
         "Sha256": "ab" * 32,
-        "Revision": "c1",
+        "Revision": "c1" * 20,
     }
     entry.update(overrides)
     return {"Code": 200, "Success": True, "Data": {"Files": [entry, {"Path": "d", "Type": "tree"}]}}
@@ -623,7 +641,7 @@ def listing_payload(**overrides: Any) -> dict[str, Any]:
 
 def test_parse_listing_takes_blobs_and_the_commit() -> None:
     listing = lib.parse_listing(listing_payload(), MODEL_ID, "master")
-    assert listing.commit == "c1" and listing.files == (lib.RemoteFile("a.bin", 3, "ab" * 32),)
+    assert listing.commit == "c1" * 20 and listing.files == (lib.RemoteFile("a.bin", 3, "ab" * 32),)
 
 
 @pytest.mark.parametrize(
@@ -814,7 +832,10 @@ def test_a_full_disk_is_a_clear_failure_or_harmless(
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
         real(path, text, mode)
 
-    monkeypatch.setattr(lib, "write_file_atomic", full)
+    # write_file_atomic is store_layout's; the manifest (store_layout) and the progress file
+    # (store_progress) each reach it by their own module's name.
+    monkeypatch.setattr(store_layout, "write_file_atomic", full)
+    monkeypatch.setattr(store_progress, "write_file_atomic", full)
     req = request_for(hub_a, root, client_venv)
     if where == "progress":
         assert lib.run_model_store(req).changed
@@ -863,7 +884,7 @@ def test_no_client_process_outlives_the_run(
                 raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(staging))
             return real(staging, files)
 
-        monkeypatch.setattr(lib, "staging_progress", failing)
+        monkeypatch.setattr(model_client, "staging_progress", failing)
     req = request_for(hub_a, store_root, Path("/nonexistent"), modelscope_bin=str(wrapper), timeout=4)
     started = time.monotonic()
     with pytest.raises(lib.ModelStoreError, match="did not finish within timeout" if how == "deadline" else "ENOSPC"):
@@ -973,7 +994,7 @@ def test_progress_poll_ends_however_the_job_ends() -> None:
 
 
 def test_discard_removes_a_directory_where_a_file_was_listed_without_following_links(tmp_path: Path) -> None:
-    """_discard on Python 3.10 too (no rmtree(dir_fd=)): a directory at a listed path goes, with what is
+    """discard on Python 3.10 too (no rmtree(dir_fd=)): a directory at a listed path goes, with what is
     in it; a symlink inside it is removed, not followed."""
     staging, outside = tmp_path / "staging", tmp_path / "outside"
     (staging / "sub" / "model.bin" / "deeper").mkdir(parents=True)
@@ -982,7 +1003,7 @@ def test_discard_removes_a_directory_where_a_file_was_listed_without_following_l
     (staging / "sub" / "model.bin" / "link").symlink_to(outside)
     (staging / "sub" / "other").write_text("stays")
     problem = lib.FileProblem("sub/model.bin", "missing", "a regular file", "refused: not a regular file")
-    lib._discard(staging, [problem])
+    lib.discard(staging, [problem])
     assert not (staging / "sub" / "model.bin").exists() and (staging / "sub" / "other").read_text() == "stays"
     assert (outside / "keep").read_text() == "not the store's"
 
@@ -1044,3 +1065,165 @@ def test_the_box_side_rehash_is_the_collections_code_and_names_the_damaged_file(
     assert recorded["ok"] is False and recorded["failed_files"] == ["model.safetensors"]
     assert recorded["commit"] == lib.read_manifest(store_root / "Tiny-Instruct")["commit"]
     assert [p.name for p in facts.iterdir()] == ["gpubox_model_verify.fact"], "no temporary file is left behind"
+
+
+# --------------------------------------------------------------------------------------------------
+# Hostile hub, hostile client: nothing outside staging, nothing live the download user's, no wrong bytes
+# --------------------------------------------------------------------------------------------------
+def tree_state(path: Path) -> dict[str, tuple[int, int, int]]:
+    """(uid, gid, mode) of every entry under path (path included), without following links."""
+    out = {}
+    for p in [path, *path.rglob("*")]:
+        st = os.lstat(p)
+        out[str(p)] = (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode))
+    return out
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"*": {"Revision": "p/../../../victim"}},
+        {"*": {"Revision": "p/../../victim"}},
+        {"*": {"Revision": "0" * 40 + "\nReadWritePaths=/"}},
+        {"*": {"Revision": "a" * 39 + " /"}},
+        {"config.json": {"Size": True}},
+        {"config.json": {"Sha256": "AB" * 32}},
+        {"config.json": {"Path": "../../victim/config.json"}},
+        {"config.json": {"Path": "Tokenizer.json"}},
+        {"config.json": {"Path": ".gpubox-client/home/.profile"}},
+    ],
+    ids=[
+        "revision-up3",
+        "revision-up2",
+        "revision-newline",
+        "revision-space",
+        "size-bool",
+        "sha-upper",
+        "path-escape",
+        "path-casefold",
+        "path-bookkeeping",
+    ],
+)
+def test_hostile_listing_fields_change_nothing_outside_staging(
+    hub_a: Hub, client_venv: Path, models, store_root: Path, fields: dict[str, Any]
+) -> None:
+    root = store_root
+    lib.run_model_store(request_for(hub_a, root, client_venv))  # a live model, and then a leftover staging dir
+    leftover = root / ".staging" / f"Tiny-Instruct@{'e' * 40}"
+    leftover.mkdir(mode=0o700)
+    victim = root.parent / "victim"
+    (victim / "deep").mkdir(parents=True)
+    (victim / "deep" / "file").write_text("root's\n")
+    before = {**tree_state(victim), **tree_state(root)}
+    hub_a.faults({"listing_fields": fields})
+    with pytest.raises(lib.ListingError) as refused:
+        lib.run_model_store(request_for(hub_a, root, client_venv, rehash=True))
+    assert str(refused.value).startswith("the hub listing of"), refused.value
+    assert {**tree_state(victim), **tree_state(root)} == before, "a refused listing changed an owner, mode or entry"
+    assert not (root.parent / "p").exists() and not (root / "p").exists()
+    same_content(root / "Tiny-Instruct", models["a"])
+
+
+def test_a_repair_never_gives_a_live_inode_to_the_download_user(
+    hub_a: Hub, client_venv: Path, models, scratch: Path, store_root: Path
+) -> None:
+    # A client that records, while it runs, who owns each seeded file and tries to write it; then fails.
+    root = store_root
+    lib.run_model_store(request_for(hub_a, root, client_venv))
+    live = (root / "Tiny-Instruct").resolve()
+    rot(live / "config.json")  # one file to repair; the others are seeded into staging
+    report = scratch / "marks/report"
+    wrapper = wrapper_client(
+        scratch,
+        client_venv,
+        f'stat -c "%u %n" "$staged/model.safetensors" "$staged/tokenizer.json" > "{report}"\n'
+        f'if printf X >> "$staged/tokenizer.json" 2>/dev/null; then echo WROTE >> "{report}"; fi\n'
+        "exit 3\n",
+        real=False,
+    )
+    with pytest.raises(lib.IntegrityError):
+        lib.run_model_store(request_for(hub_a, root, client_venv, modelscope_bin=str(wrapper), rehash=True))
+    seen = report.read_text()
+    assert "WROTE" not in seen, "the download user could write a seeded (live) inode"
+    assert all(line.split()[0] == "0" for line in seen.splitlines()), f"a seeded file was the client's: {seen}"
+    dl_uid = int(subprocess.run(["id", "-u", DOWNLOAD_USER], capture_output=True, text=True).stdout)
+    owners = {p.stat().st_uid for p in live.rglob("*") if p.is_file()}
+    assert dl_uid not in owners and owners == {0}, "after a failed repair a live file is the download user's"
+    assert sha(live / "tokenizer.json") == sha(models["a"] / "tokenizer.json")
+
+
+def test_a_late_writer_that_escaped_the_process_group_changes_nothing_published(
+    hub_a: Hub, client_venv: Path, models, scratch: Path, store_root: Path
+) -> None:
+    # The real client, then a grandchild that calls setsid (leaves the client's process group) and
+    # keeps rewriting a verified file of the same size while the store verifies and publishes.
+    marks = scratch / "marks"
+    wrapper = wrapper_client(
+        scratch,
+        client_venv,
+        f"setsid sh -c 'echo $$ > {marks}/pid-late; while :; do "
+        'printf X | dd of="$0/tokenizer.json" bs=1 seek=10 conv=notrunc 2>/dev/null; sleep 0.01; done\' "$staged" &\n'
+        f'while [ ! -s "{marks}/pid-late" ]; do sleep 0.05; done\n',
+    )
+    root = store_root
+    try:
+        result = lib.run_model_store(request_for(hub_a, root, client_venv, modelscope_bin=str(wrapper), retries=1))
+        same_content(root / "Tiny-Instruct", models["a"])  # what is published is what was hashed
+        assert result.changed
+    except lib.ModelStoreError as exc:  # or refused: never wrong bytes
+        assert not (root / "Tiny-Instruct").exists(), exc
+    pid = int((marks / "pid-late").read_text())
+    for _ in range(50):
+        if not alive(pid):
+            break
+        time.sleep(0.1)
+    assert not alive(pid), "the setsid grandchild outlived the run"
+
+
+def test_without_systemd_the_client_runs_only_with_the_test_switch(
+    hub_a: Hub, client_venv: Path, store_root: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(model_client.UNSANDBOXED_SWITCH)
+    with pytest.raises(lib.ModelStoreError, match="cannot be sandboxed") as refused:
+        lib.run_model_store(request_for(hub_a, store_root, client_venv))
+    assert model_client.UNSANDBOXED_SWITCH in str(refused.value)
+    assert not (store_root / ".staging").exists() or not list((store_root / ".staging").glob("Tiny-Instruct@*"))
+
+
+def test_content_the_lock_does_not_pin_is_refused_over_any_channel(
+    hub_a: Hub, hub_b: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    root = store_root
+    first = lib.run_model_store(request_for(hub_a, root, client_venv))
+    pinned = first.content_sha256
+    assert re.fullmatch(r"[0-9a-f]{64}", pinned)
+    # the same commit, other bytes: the test hub b serves model b; a hostile mirror names a's commit for it
+    hub_b.faults({"listing_fields": {"*": {"Revision": first.commit}}})
+    mark = hub_b.mark()
+    with pytest.raises(lib.ModelStoreError, match="not the content the model lock pins") as refused:
+        lib.run_model_store(
+            request_for(hub_b, root, client_venv, content_sha256=pinned, lock_file="/inv/models.lock.json")
+        )
+    message = str(refused.value)
+    assert "/inv/models.lock.json" in message and "make lock-models" in message and "make cache-purge" in message
+    assert hub_b.file_gets(mark) == [], "refused before a byte was fetched"
+    same_content(root / "Tiny-Instruct", models["a"])
+    # the pinned content itself passes
+    assert not lib.run_model_store(request_for(hub_a, root, client_venv, content_sha256=pinned)).changed
+    with pytest.raises(lib.ModelStoreError, match="content_sha256 must be 64"):
+        request_for(hub_a, root, client_venv, content_sha256="x" * 64)
+
+
+@pytest.mark.parametrize("mode", [0o777, 0o775, 0o757])
+def test_a_root_under_a_parent_writable_by_others_is_refused(
+    hub_a: Hub, client_venv: Path, store_root: Path, mode: int
+) -> None:
+    parent = store_root.parent / "shared"
+    parent.mkdir()
+    os.chmod(parent, mode)
+    root = parent / "models"
+    with pytest.raises(lib.ModelStoreError, match=r"lies under .*writable by group or others"):
+        lib.run_model_store(request_for(hub_a, root, client_venv))
+    assert not root.exists(), "refused before anything was created"
+    os.chmod(parent, 0o1777)  # sticky, like /tmp: no other user may rename root's entries
+    assert lib.run_model_store(request_for(hub_a, root, client_venv)).changed

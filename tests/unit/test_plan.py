@@ -165,6 +165,19 @@ def test_templated_facts_are_rendered_with_the_inventory(tmp_path: Path, capsys:
     assert "max_model_len 8192," in out
 
 
+def test_an_inventory_templated_through_a_builtin_lookup_is_planned(tmp_path: Path) -> None:
+    """lookup('ansible.builtin.env', ...) in host_vars (molecule/serving's model lock path is one): the
+    real command resolves the builtin lookup as ansible-playbook does (it was "not found")."""
+    facts = group_vars_of("gpu_2x3090") | {
+        "gpubox_model_lock_file": "{{ lookup('ansible.builtin.env', 'HOME') }}/m.json"
+    }
+    inv = make_inventory(tmp_path, {"gpu_2x3090": ["a"]}, {"gpu_2x3090": facts})
+    proc = plan_process("-i", str(inv))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "not found" not in proc.stdout + proc.stderr
+    assert "GPU blocks" in proc.stdout
+
+
 # --- the API key: neither needed nor shown ------------------------------------------------------
 
 

@@ -275,6 +275,15 @@ BAD_CASES: list[tuple[str, str, Mutation, str]] = [
     ("root-a-file", "gpu_2x3090", _host(model_root_stat="0 644 regular file"), "gpubox_model_root"),
     ("root-stat-garbage", "gpu_2x3090", _host(model_root_stat="?? x"), "gpubox_model_root"),
     (
+        "parent-world-writable",
+        "gpu_2x3090",
+        _host(model_root_ancestors=["0 777 /data", "0 755 /"]),
+        "gpubox_model_root",
+    ),
+    ("parent-not-roots", "gpu_2x3090", _host(model_root_ancestors=["0 755 /data", "1000 755 /"]), "gpubox_model_root"),
+    ("parent-group-writable", "gpu_2x3090", _host(model_root_ancestors=["0 2775 /data"]), "gpubox_model_root"),
+    ("parent-stat-garbage", "gpu_2x3090", _host(model_root_ancestors=["x y"]), "gpubox_model_root"),
+    (
         "disk-headroom-negative",
         "gpu_2x3090",
         _cfg(preflight_disk_headroom_bytes=-1),
@@ -315,6 +324,12 @@ def test_bad_input_is_refused_naming_the_variable(group: str, mutate: Mutation, 
     assert result["errors"], f"no error for {variable}; warnings: {result['warnings']}"
     assert any(variable in error for error in result["errors"]), result["errors"]
     assert "error(s)" in result["table"]
+
+
+def test_a_sticky_parent_like_tmp_is_accepted() -> None:
+    host = healthy_host("gpu_2x3090") | {"model_root_ancestors": ["0 1777 /scratch", "0 755 /"]}
+    errors = preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"]
+    assert not [e for e in errors if "lies under" in e], errors
 
 
 def test_bad_suite_is_large_enough_and_ids_are_unique() -> None:

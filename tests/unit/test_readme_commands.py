@@ -1,6 +1,7 @@
-"""Every command the README's "Deploy to a real box" and "Day two" sections show is exercised here.
+"""Every command the README's "Deploy to a real box" section and docs/day-two.md's "Changes to the inventory"
+section show is exercised here.
 
-The commands are read from README.md itself (indented code lines of those two sections) and each one
+The commands are read from those files themselves (indented code lines of the two sections) and each one
 is checked by what it names: files and inventories exist, make targets exist and run, playbooks pass
 `ansible-playbook --syntax-check` with the flags shown against a copy of the production inventory
 (the one the README tells users to copy, with the host snippet the README shows merged in). A command
@@ -9,6 +10,7 @@ this test does not know fails it, so a new README command needs a check here.
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
 import shutil
@@ -21,7 +23,7 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = ("## Deploy to a real box", "## Day two")
+SECTIONS = (("README.md", "## Deploy to a real box"), ("docs/day-two.md", "## Changes to the inventory"))
 
 
 def _section(text: str, heading: str) -> str:
@@ -56,9 +58,9 @@ def _blocks(section: str) -> list[list[str]]:
 
 def readme_code() -> tuple[list[str], list[str]]:
     """(shell commands, YAML snippet lines) shown in the two sections."""
-    text = (ROOT / "README.md").read_text()
     commands, snippets = [], []
-    for heading in SECTIONS:
+    for name, heading in SECTIONS:
+        text = (ROOT / name).read_text()
         for block in _blocks(_section(text, heading)):
             if ":" in block[0].split()[0]:  # a YAML snippet: `gpu-box:`
                 snippets.extend(block)
@@ -108,11 +110,46 @@ def test_every_readme_command_is_exercised(inventory):
     for command in commands:
         argv = shlex.split(command)
         tool = Path(argv[0]).name
-        if argv[:3] == ["python3", "-m", "venv"]:
-            # python3 -m venv .venv && .venv/bin/pip install -r requirements-dev.lock
+        if argv[1:3] == ["-m", "venv"] and re.fullmatch(r"python3(\.\d+)?", argv[0]):
+            # python3.11 -m venv .venv && .venv/bin/pip install -r requirements-dev.lock
             req = argv[argv.index("-r") + 1]
             assert (ROOT / req).is_file(), req
             assert "ansible-core==2.19" in (ROOT / req).read_text()
+            # ansible-core 2.19 needs Python 3.11+ on the controller (Ubuntu 22.04's python3 is 3.10)
+            assert argv[0] == "python3.11", f"{command}: the venv needs a Python ansible-core 2.19 runs on"
+            assert 'requires-python = ">=3.11"' in (ROOT / "pyproject.toml").read_text()
+            if "touch" in argv:  # the Makefile's stamp of an installed venv, so `make plan` keeps this one
+                makefile = (ROOT / "Makefile").read_text()
+                assert "VENV ?= .venv" in makefile and "$(VENV)/.stamp: requirements-dev.lock" in makefile
+                assert argv[argv.index("touch") + 1] == ".venv/.stamp", command
+        elif argv[:3] == ["sudo", "apt-get", "install"]:
+            # the controller's Python 3.11 on Ubuntu 22.04, for the venv command
+            assert {"python3.11", "python3.11-venv"} <= set(argv[3:]), command
+        elif tool == "export":
+            name = argv[1].split("=", 1)[0]
+            assert name == "ANSIBLE_VAULT_PASSWORD_FILE", command
+        elif tool == "scp":
+            # the self-signed certificate of the front door, from the host of the README's snippet
+            remote, local = argv[1], argv[2]
+            host = yaml.safe_load((inventory / "hosts.yml").read_text())["gpu_boxes"]["children"]["gpu_2x3090"]
+            hostvars = host["hosts"]["gpu-box"]
+            assert remote.split(":", 1)[0] == f"{hostvars['ansible_user']}@{hostvars['ansible_host']}", command
+            fd_vars = yaml.safe_load((ROOT / "roles" / "front_door" / "vars" / "main.yml").read_text())
+            gpubox_defaults = yaml.safe_load((ROOT / "roles" / "gpubox" / "defaults" / "main.yml").read_text())
+            etc_dir = gpubox_defaults["gpubox_etc_dir"]
+            fd_dir = fd_vars["__front_door_dir"].replace("{{ gpubox_etc_dir }}", etc_dir)
+            assert fd_vars["__front_door_cert"] == "{{ __front_door_dir }}/tls.crt", fd_vars
+            assert "{{" not in fd_dir and remote.split(":", 1)[1] == f"{fd_dir}/tls.crt", (command, fd_dir)
+            fetched = local
+        elif tool == "curl":
+            # the first request: the fetched certificate, the box's front door, the key, the served model name
+            assert argv[argv.index("--cacert") + 1] == fetched, command
+            url = next(a for a in argv if a.startswith("https://"))
+            assert url.startswith(f"https://{hostvars['ansible_host']}/v1/"), command
+            assert any(a.startswith("Authorization: Bearer ") for a in argv), command
+            body = json.loads(argv[argv.index("-d") + 1])
+            group_vars = yaml.safe_load((ROOT / "inventories/production/group_vars/gpu_2x3090.yml").read_text())
+            assert body["model"] == group_vars["gpubox_served_model_name"], command
         elif tool == "ansible-galaxy":
             req = yaml.safe_load((ROOT / argv[argv.index("-r") + 1]).read_text())
             assert req["collections"], command

@@ -33,16 +33,6 @@ REQUIREMENTS = FILES / "requirements-vllm-0.7.3.txt"
 CONSTRAINTS = FILES / "constraints-vllm-0.7.3.txt"
 VENV = Path(os.environ.get("GPUBOX_VLLM073_VENV", Path.home() / ".cache" / "gpubox" / "vllm073-venv"))
 
-# Runs inside the vLLM venv: parse argv with vLLM's own parser, print the namespace as JSON.
-PARSE = """
-import json, sys
-from vllm.entrypoints.openai.cli_args import make_arg_parser
-from vllm.utils import FlexibleArgumentParser
-ns = make_arg_parser(FlexibleArgumentParser()).parse_args(sys.argv[1:])
-plain = (str, int, float, bool, list, type(None))
-print(json.dumps({k: v for k, v in vars(ns).items() if isinstance(v, plain)}))
-"""
-
 
 def _pins_report(python: Path) -> dict[str, Any]:
     out = subprocess.run(
@@ -79,8 +69,55 @@ def vllm_python() -> Path:
     return python
 
 
-def _parse(python: Path, args: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([str(python), "-c", PARSE, *args], capture_output=True, text=True, timeout=300)
+# Runs inside the vLLM venv: every case's argv (JSON on stdin) through a parser of its own, in one process
+# (importing vLLM 0.7.3 costs some 10 s of CPU; a process per case paid it ten times). For each case: the
+# exit status argparse gives it (0, or the SystemExit code), what it wrote to stderr, and the namespace.
+PARSE_MANY = """
+import contextlib, io, json, sys
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils import FlexibleArgumentParser
+plain = (str, int, float, bool, list, type(None))
+out = {}
+for name, argv in json.load(sys.stdin).items():
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            ns = make_arg_parser(FlexibleArgumentParser()).parse_args(argv)
+        ns = {k: v for k, v in vars(ns).items() if isinstance(v, plain)}
+        out[name] = {"rc": 0, "stderr": err.getvalue(), "parsed": ns}
+    except SystemExit as exc:
+        out[name] = {"rc": exc.code if isinstance(exc.code, int) else 1, "stderr": err.getvalue(), "parsed": None}
+parser = make_arg_parser(FlexibleArgumentParser())
+out["__choices__"] = {a.dest: list(a.choices) for a in parser._actions if a.choices is not None}
+print(json.dumps(out))
+"""
+
+REFUSED_SPELLINGS = ["--api_key", "--api-ke", "--max_model_len", "-tp4", "-qawq", "--served-model"]
+UNKNOWN_FLAG = "--no-such-flag-in-vllm-073"
+
+
+def _cases() -> dict[str, list[str]]:
+    """Every command line the parser tests below hand to vLLM 0.7.3's parser, by name."""
+    cases = {f"rendered:{group}": list(vllm_args(group_state(group))) for group in TOPOLOGIES}
+    base = cases[f"rendered:{TOPOLOGIES[0]}"]
+    cases["unknown"] = [*base, UNKNOWN_FLAG]
+    for flag in REFUSED_SPELLINGS:
+        value = [] if flag.startswith(("-tp", "-q")) else ["x" if "api" in flag or "served" in flag else "4096"]
+        cases[f"spelling:{flag}"] = [*base, flag, *value]
+    return cases
+
+
+@pytest.fixture(scope="session")
+def parser_runs(vllm_python: Path) -> dict[str, Any]:
+    """Each case of _cases() as vLLM 0.7.3's parser read it, and the parser's choices (__choices__)."""
+    cases = _cases()
+    started = time.monotonic()
+    out = subprocess.run(
+        [str(vllm_python), "-c", PARSE_MANY], input=json.dumps(cases), capture_output=True, text=True, timeout=600
+    )
+    print(f"parser import + {len(cases)} parses took {time.monotonic() - started:.1f} s")
+    assert out.returncode == 0, out.stderr[-3000:]
+    return json.loads(out.stdout.strip().splitlines()[-1])
 
 
 def test_installed_versions_match_the_pins(vllm_python: Path) -> None:
@@ -109,13 +146,11 @@ def test_transformers_sees_torch(vllm_python: Path) -> None:
 
 
 @pytest.mark.parametrize("group", TOPOLOGIES)
-def test_real_parser_accepts_rendered_args(vllm_python: Path, group: str) -> None:
+def test_real_parser_accepts_rendered_args(parser_runs: dict[str, Any], group: str) -> None:
     profile = group_state(group)
-    started = time.monotonic()
-    result = _parse(vllm_python, vllm_args(profile))
-    print(f"{group}: parser import + parse took {time.monotonic() - started:.1f} s")
-    assert result.returncode == 0, result.stderr[-3000:]
-    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    result = parser_runs[f"rendered:{group}"]
+    assert result["rc"] == 0, result["stderr"][-3000:]
+    parsed = result["parsed"]
 
     assert parsed["model"] == profile["gpubox_model_dir"]
     assert parsed["served_model_name"] == [profile["gpubox_served_model_name"]]
@@ -135,29 +170,16 @@ def test_real_parser_accepts_rendered_args(vllm_python: Path, group: str) -> Non
     assert parsed["api_key"] is None
 
 
-def test_real_parser_rejects_an_unknown_flag(vllm_python: Path) -> None:
-    args = [*vllm_args(group_state(TOPOLOGIES[0])), "--no-such-flag-in-vllm-073"]
-    result = _parse(vllm_python, args)
-    assert result.returncode == 2, (result.returncode, result.stderr[-2000:])
-    assert "--no-such-flag-in-vllm-073" in result.stderr
+def test_real_parser_rejects_an_unknown_flag(parser_runs: dict[str, Any]) -> None:
+    result = parser_runs["unknown"]
+    assert result["rc"] == 2, (result["rc"], result["stderr"][-2000:])
+    assert UNKNOWN_FLAG in result["stderr"]
 
 
-# Runs inside the vLLM venv: the parser's choices for the flags state_checks validates.
-CHOICES = """
-import json
-from vllm.entrypoints.openai.cli_args import make_arg_parser
-from vllm.utils import FlexibleArgumentParser
-parser = make_arg_parser(FlexibleArgumentParser())
-print(json.dumps({a.dest: list(a.choices) for a in parser._actions if a.choices is not None}))
-"""
-
-
-def test_desired_state_choices_are_vllm_073s(vllm_python: Path) -> None:
+def test_desired_state_choices_are_vllm_073s(parser_runs: dict[str, Any]) -> None:
     from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
-    out = subprocess.run([str(vllm_python), "-c", CHOICES], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr[-2000:]
-    choices = json.loads(out.stdout.strip().splitlines()[-1])
+    choices = parser_runs["__choices__"]
     assert set(state_checks.DTYPES) == set(choices["dtype"])
     assert set(state_checks.KV_CACHE_DTYPES) == set(choices["kv_cache_dtype"])
     assert set(state_checks.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
@@ -165,19 +187,17 @@ def test_desired_state_choices_are_vllm_073s(vllm_python: Path) -> None:
     assert set(state_checks.BLOCK_SIZES) <= set(choices["block_size"])
 
 
-@pytest.mark.parametrize("flag", ["--api_key", "--api-ke", "--max_model_len", "-tp4", "-qawq", "--served-model"])
-def test_the_parser_reads_refused_spellings_as_rendered_flags(vllm_python: Path, flag: str) -> None:
+@pytest.mark.parametrize("flag", REFUSED_SPELLINGS)
+def test_the_parser_reads_refused_spellings_as_rendered_flags(parser_runs: dict[str, Any], flag: str) -> None:
     """Every spelling state_checks refuses really is read by vLLM 0.7.3 as the key or a rendered flag."""
     from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
     assert state_checks.flag_problem(flag) is not None
-    base = [a for a in vllm_args(group_state(TOPOLOGIES[0]))]
-    value = [] if flag.startswith(("-tp", "-q")) else ["x" if "api" in flag or "served" in flag else "4096"]
-    result = _parse(vllm_python, [*base, flag, *value])
-    if flag == "-tp4" and result.returncode == 2:
+    result = parser_runs[f"spelling:{flag}"]
+    if flag == "-tp4" and result["rc"] == 2:
         return  # vLLM 0.7.3 refuses it itself: refusing it before the box changes loses nothing
-    assert result.returncode == 0, result.stderr[-2000:]
-    parsed = json.loads(result.stdout.strip().splitlines()[-1])
+    assert result["rc"] == 0, result["stderr"][-2000:]
+    parsed = result["parsed"]
     changed = {
         "--api_key": parsed["api_key"] == "x",
         "--api-ke": parsed["api_key"] == "x",
@@ -187,3 +207,56 @@ def test_the_parser_reads_refused_spellings_as_rendered_flags(vllm_python: Path,
         "--served-model": parsed["served_model_name"] == ["x"],
     }[flag]
     assert changed, parsed
+
+
+# Runs inside the vLLM venv: vLLM 0.7.3's own OpenAI app on the pinned fastapi/starlette/python-multipart (moved off
+# their advisories, see roles/python_env/files/advisories.yml), without an engine: the routes import and register, the
+# API-key middleware guards /v1, and the /metrics mount answers.
+APP = """
+import json
+from fastapi.testclient import TestClient
+from vllm.entrypoints.openai.api_server import build_app
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils import FlexibleArgumentParser
+app = build_app(make_arg_parser(FlexibleArgumentParser()).parse_args(["--api-key", "k"]))
+client = TestClient(app, raise_server_exceptions=False)
+print(json.dumps({
+    "no_key": client.get("/v1/models").status_code,
+    "wrong_key": client.get("/v1/models", headers={"Authorization": "Bearer x"}).status_code,
+    "metrics": client.get("/metrics").status_code,
+}))
+"""
+
+
+def test_vllm_app_runs_on_the_pinned_http_stack(vllm_python: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    out = subprocess.run([str(vllm_python), "-c", APP], capture_output=True, text=True, timeout=600, env=env)
+    assert out.returncode == 0, out.stderr[-3000:]
+    codes = json.loads(out.stdout.strip().splitlines()[-1])
+    assert codes == {"no_key": 401, "wrong_key": 401, "metrics": 200}, codes
+
+
+def test_jinja2_is_past_the_chat_template_sandbox_escape(vllm_python: Path) -> None:
+    # vLLM 0.7.3 renders a request's chat_template in jinja2's sandbox; CVE-2025-27516 is fixed in 3.1.6.
+    from packaging.version import Version
+
+    assert Version(_pins_report(vllm_python)["versions"]["jinja2"]) >= Version("3.1.6")
+
+
+# Runs inside the vLLM venv: an image through vLLM 0.7.3's own media loader (data URL -> PIL) and torchvision, on the
+# pillow moved off CVE-2026-25990 (12.x; vLLM 0.7.3 was released against 11.x).
+IMAGE = """
+import json
+import torchvision.transforms.functional as F
+from PIL import Image
+from vllm.multimodal.utils import MediaConnector, encode_image_base64
+url = "data:image/jpeg;base64," + encode_image_base64(Image.new("RGB", (16, 8), (255, 0, 0)))
+image = MediaConnector().fetch_image(url)
+print(json.dumps({"size": list(image.size), "shape": list(F.to_tensor(F.resize(image, [4, 8])).shape)}))
+"""
+
+
+def test_vllm_media_loader_runs_on_the_pinned_pillow(vllm_python: Path) -> None:
+    out = subprocess.run([str(vllm_python), "-c", IMAGE], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == {"size": [16, 8], "shape": [3, 4, 8]}

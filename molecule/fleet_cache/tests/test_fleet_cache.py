@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -124,6 +125,109 @@ def test_a_tampered_wheel_from_the_cache_is_refused() -> None:
     sh(CACHE, f'python3 -c "{flip}" {wheel}')
     refused = sh(BOX2, get, check=False)
     assert refused.returncode != 0 and "HASH" in refused.stdout.upper(), refused.stdout
+
+
+HOSTILE_INDEX = r"""
+import hashlib, http.server, os, pathlib, shutil, sys
+root = pathlib.Path("/tmp/fc-hostile")
+shutil.rmtree(root, ignore_errors=True)
+(root / "simple/idna").mkdir(parents=True)
+wheel = pathlib.Path(sys.argv[1])
+body = bytearray(wheel.read_bytes()); body[len(body) // 3] ^= 0x55  # other bytes, same name
+(root / wheel.name).write_bytes(body)
+digest = hashlib.sha256(body).hexdigest()  # the index page names the tampered file's own hash
+(root / "simple/idna/index.html").write_text(f'<a href="/{wheel.name}#sha256={digest}">{wheel.name}</a>')
+os.chdir(root)
+http.server.ThreadingHTTPServer(("127.0.0.1", 8765), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+def test_a_wheel_whose_hash_the_lock_does_not_name_is_refused_whatever_the_index_says() -> None:
+    """A hostile index (or cache) that also rewrites the index page's sha256 passes pip's own check,
+    not the box's hash lock: python_env installs with --require-hashes from the checked-in lock."""
+    pins = "/opt/gpubox/venv/gpubox"
+    assert sh(BOX2, f"test -s {pins}/hashes.txt && grep -c -- '--hash=sha256:' {pins}/hashes.txt").returncode == 0
+    # idna's entry of the lock the box installed from (the checked-in file), as a one-pin requirements file
+    lock = (PROJECT / "molecule/fleet_cache/constraints.hashes.txt").read_text()
+    entry = re.search(r"^idna==3\.20 \\\n(?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+", lock, re.M)
+    assert entry, "idna 3.20 is in the fleet_cache box's hash lock"
+    assert sh(BOX2, f"cat {pins}/hashes.txt").stdout == lock, "the box installed from the checked-in lock"
+    sh(BOX2, "cat > /tmp/fc-idna.txt", stdin=entry.group(0))
+    # The hostile index serves a changed copy of the wheel the cache stored (another test may already have
+    # changed that one in place: the copy here changes other bytes, so it is never PyPI's file).
+    stored = sh(CACHE, "find /var/cache/gpubox-pypi-cache -name 'idna-3.20-*.whl' | head -1").stdout.strip()
+    assert stored, "the cache stored idna 3.20 when the box's environment was built"
+    wheel = f"/tmp/{Path(stored).name}"
+    local = EPHEMERAL / Path(stored).name
+    subprocess.run(["podman", "cp", f"{CACHE}:{stored}", str(local)], check=True)
+    subprocess.run(["podman", "cp", str(local), f"{BOX2}:{wheel}"], check=True)
+    server = subprocess.Popen(["podman", "exec", "-i", BOX2, "python3", "-", wheel], stdin=subprocess.PIPE, text=True)
+    try:
+        server.stdin.write(HOSTILE_INDEX)
+        server.stdin.close()
+        sh(
+            BOX2,
+            "for i in $(seq 50); do python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 8765))' "
+            "2>/dev/null && exit 0; sleep 0.1; done; exit 1",
+        )
+        get = (
+            "rm -rf /tmp/fc-h && /opt/gpubox/venv/bin/python -m pip download --no-deps --no-cache-dir "
+            "--disable-pip-version-check --index-url http://127.0.0.1:8765/simple/ -d /tmp/fc-h"
+        )
+        plain = sh(BOX2, f"{get} idna==3.20 2>&1", check=False)
+        assert plain.returncode == 0, f"control: without the lock pip takes the hostile file\n{plain.stdout}"
+        locked = sh(BOX2, f"{get} --require-hashes -r /tmp/fc-idna.txt 2>&1", check=False)
+        assert locked.returncode != 0 and "HASH" in locked.stdout.upper(), locked.stdout
+    finally:
+        sh(BOX2, "pkill -f 'python3 - ' || true", check=False)
+        server.wait(timeout=30)
+
+
+def refetch(*extra: str) -> subprocess.CompletedProcess:
+    """refetch.yml (the model store on box 1) as its own ansible-playbook run, with extra -e pairs."""
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_CONFIG", str(PROJECT / "ansible.cfg"))
+    env.setdefault("ANSIBLE_ROLES_PATH", str(PROJECT / "roles"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(PROJECT / "collections"))
+    inventory = env.get("MOLECULE_INVENTORY_FILE") or str(EPHEMERAL / "inventory")
+    argv = ["ansible-playbook", "-i", inventory, str(Path(__file__).resolve().parents[1] / "refetch.yml")]
+    for pair in ("model_store_retries=0", "model_store_poll_interval=2", *extra):
+        argv += ["-e", pair]
+    return subprocess.run(argv, capture_output=True, text=True, env=env)
+
+
+def test_other_content_under_the_locked_commit_through_the_cache_is_refused_by_the_lock(tmp_path: Path) -> None:
+    """The hub behind the cache lists other weights under the commit the box serves (the correct commit
+    id, other sha256 and size): the model lock pins the content, so the box refuses the listing before
+    it fetches a byte, names the lock and the fix, and keeps serving what it had."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils.hub_listing import parse_listing
+
+    a = commit("hub-commit")
+    listing_url = f"{CACHE_URL}/api/v1/models/{MODEL}/repo/files?Revision={a}&Recursive=True"
+    read = f"import urllib.request; print(urllib.request.urlopen('{listing_url}').read().decode())"
+    body = sh(BOX1, f'python3 -c "{read}"')
+    pinned = parse_listing(json.loads(body.stdout), MODEL, a)
+    lock = tmp_path / "models.lock.json"
+    entry = {"commit": a, "endpoint": "https://hub.example", "content_sha256": pinned.content_sha256}
+    lock.write_text(json.dumps({"schema": 1, "models": {f"{MODEL}@{a}": entry}}))
+    lock.chmod(0o644)
+    other = "0" * 64
+    set_faults({"listing_fields": {"model.safetensors": {"Sha256": other, "Size": TINY_WEIGHTS + 1}}})
+    mark = int(sh(CACHE, f"wc -l < {HUB_LOG}").stdout)
+    try:
+        refused = refetch(f"gpubox_model_revision={a}", f"gpubox_model_lock_file={lock}")
+    finally:
+        set_faults({})
+    assert refused.returncode != 0, refused.stdout[-3000:]
+    said = refused.stdout
+    assert "not the content the model lock pins" in said and str(lock) in said, said[-3000:]
+    hub = [json.loads(line) for line in sh(CACHE, f"tail -n +{mark + 1} {HUB_LOG}").stdout.splitlines()]
+    assert not [e for e in hub if "FilePath=" in e["path"]], f"a file was fetched for refused content: {hub}"
+    live = sh(BOX1, f"readlink /data/models/{MODEL.split('/')[1]}").stdout
+    assert a in live
+    # control: the pinned content itself passes the same lock, with nothing to do
+    passed = refetch(f"gpubox_model_revision={a}", f"gpubox_model_lock_file={lock}")
+    assert passed.returncode == 0, passed.stdout[-3000:]
 
 
 def test_a_corrupt_model_file_from_the_cache_is_refused_and_the_live_model_stays() -> None:

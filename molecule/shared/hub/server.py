@@ -34,13 +34,16 @@ Fault injection, for tests (simulated network and storage faults):
     POST /_faults  {"throttle": {"model.safetensors": 500000}}
         serves that file at about 500000 bytes per second (a slow link: downloads last long enough
         to be interrupted on purpose).
+    POST /_faults  {"listing_fields": {"*": {"Revision": "p/../../x"}, "config.json": {"Size": true}}}
+        sets fields of listed entries ("*": every blob) to hostile values: a hostile hub's listing.
     POST /_faults  {"redirect": true}
         serves every file as ModelScope does for large ones: the /repo request answers 302 with a
         Location on a "storage" path of this server, /_storage/<commit>/<path>?Expires=..&Signature=..,
         whose query differs on every request (as presigned URLs do); the storage path serves the bytes
         (Range, and the faults above, apply there). A cache must follow it and key by the request.
     POST /_faults  {}            clears every fault.      GET /_faults   shows the current ones.
-The same JSON may be written to the --faults-file; it is re-read whenever its mtime changes.
+The same JSON may be written to the --faults-file; it is re-read whenever its mtime changes, and
+removing the file clears every fault.
 
 Every request is appended to --log as one JSON object per line:
     {"method", "path", "range", "status", "sent", "fault"}
@@ -218,6 +221,7 @@ class Faults:
     extra_after: int = 0
     throttle: dict[str, int] = field(default_factory=dict)  # path -> bytes per second
     redirect: bool = False  # files answered with a 302 to the storage path
+    listing_fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # path or "*" -> fields to set
     listings: int = 0  # listings served since the faults were last set
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -233,7 +237,7 @@ class Faults:
     def parse(spec: Any) -> tuple[dict[str, dict[str, int]], set[str]]:
         if not isinstance(spec, dict):
             raise ValueError("the fault spec must be a JSON object")
-        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files", "throttle", "redirect"}
+        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files", "throttle", "redirect", "listing_fields"}
         if unknown:
             raise ValueError(
                 f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files, throttle, "
@@ -261,6 +265,7 @@ class Faults:
             self.drops, self.corrupt, self.throttle = drops, corrupt, dict(throttle)
             self.extra, self.extra_after, self.listings = extra, after, 0
             self.redirect = bool(spec.get("redirect", False))
+            self.listing_fields = {str(k): dict(v) for k, v in (spec.get("listing_fields") or {}).items()}
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -269,6 +274,7 @@ class Faults:
                 "corrupt": {p: True for p in sorted(self.corrupt)},
                 "throttle": dict(self.throttle),
                 "redirect": self.redirect,
+                "listing_fields": {p: dict(v) for p, v in self.listing_fields.items()},
                 "extra_files": {"after": self.extra_after, "files": {p: v.decode() for p, v in self.extra.items()}},
             }
 
@@ -320,6 +326,10 @@ class FaultsFile:
             try:
                 mtime = self.path.stat().st_mtime_ns
             except FileNotFoundError:
+                # Removed: no faults any more (a test makes the hub honest again by deleting the file).
+                if self.mtime is not None:
+                    self.faults.replace({})
+                    self.mtime = None
                 return
             if mtime != self.mtime:
                 self.faults.replace(json.loads(self.path.read_text() or "{}"))
@@ -442,6 +452,11 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._json(200, ok({"RevisionMap": {"Branches": [branch], "Tags": []}}), head)
         if kind == "/repo/files":
             files = listing(model)
+            fields = self.faults.snapshot().get("listing_fields") or {}
+            for entry in files:  # simulated hostile hub: fields set to what the test asks
+                if entry["Type"] == "blob":
+                    entry.update(fields.get("*", {}))
+                    entry.update(fields.get(entry["Path"], {}))
             for path, content in self.faults.take_listing_extras().items():  # simulated hostile hub
                 files.append(
                     {

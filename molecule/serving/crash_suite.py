@@ -1,0 +1,305 @@
+#!/usr/bin/env python3
+"""TEST ONLY: crash a fresh converge of site.yml at ten points and prove each re-run gets past it.
+
+    crash_suite.py --box CONTAINER --inventory DIR --playbook site.yml --out DIR
+
+The points follow a fresh converge in order. For each: a watcher inside the box (watcher.py) waits
+for the point and strikes, while ansible-playbook runs site.yml against the box:
+    kill    SIGKILL of every ansible process on the box (an SSH session lost mid-task);
+    freeze  the box frozen at the point, then `podman restart -t 0` (a power cut).
+Each run is the re-run of the one before, so it must first get past the previous point (a run that
+cannot, e.g. dpkg left half-configured, fails here instead of reaching its own point). A run whose
+previous point lies in the serving layer re-runs the layers from that one on, with the day-two tags
+an operator uses (docs/day-two.md: `--tags model,service`; `env,model,service` while the Python
+environment is what was struck), not the host layer it would find converged: each whole site.yml run
+before the serving layer costs some 150 no-op tasks. The first three runs, and the last two, are
+the whole site.yml. After every
+strike the box's invariants are checked (the live model is absent or verifies against its manifest).
+Then site.yml runs once more, undisturbed, and must converge; and once again, and must change
+nothing. The points and results go to OUT/results.json and OUT/results.md and to stdout.
+
+The test hub serves the model's weights slowly (its throttle fault) so that a download can be
+caught in flight; everything else runs at full speed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+BOX_DIR = "/usr/local/libexec/gpubox-crash"
+RECORDS = "/var/lib/gpubox-crash"
+MODEL_ROOT = "/data/models"
+HUB_MODEL = "/srv/gpubox-sim/hub/model"
+FAULTS = "/etc/gpubox-sim/hub-faults.json"
+WEIGHTS = "model.safetensors"
+RUN_TIMEOUT = 1500  # one ansible-playbook run, seconds
+LOOK_EVERY = 3.0  # seconds between looks for the watcher's record
+
+
+@dataclass
+class Point:
+    name: str
+    what: str
+    when: list[str]
+    action: str  # kill | freeze
+    after: float = 0.0
+    tags: str = ""  # the run's --tags: empty, the whole site.yml
+
+
+STAGED = f"{MODEL_ROOT}/.staging/tiny-qwen2@*"
+DPKG = "log:/var/log/dpkg.log:status half-installed "
+PIP = r"proc:-m pip install .*requirements"
+VLLM = r"vllm\.entrypoints\.openai\.api_server"
+# The model_store module itself (not its async_wrapper, which outlives it for a moment).
+MODULE = r"proc:^\S*python\S* \S*AnsiballZ_model_store\.py"
+# The serving layer's roles from the struck one on (playbooks/serving.yml's tags).
+ENV_ON = "env,model,service"
+MODEL_ON = "model,service"
+POINTS = [
+    Point("apt-driver", "dpkg unpacking/configuring the NVIDIA driver packages", [DPKG + "nvidia"], "freeze"),
+    Point("apt-cuda", "dpkg unpacking/configuring the CUDA packages", [DPKG + "cuda"], "kill"),
+    Point("venv", "python3 -m venv creating the environment", [r"proc:-m venv .*/opt/gpubox/venv"], "kill"),
+    Point("pip-power", "pip installing the pinned packages", [PIP], "freeze", 8.0, ENV_ON),
+    Point("pip-ssh", "pip installing the pinned packages (re-run)", [PIP], "kill", 5.0, ENV_ON),
+    Point(
+        "download-power",
+        "the model client mid-download",
+        [f"file:{STAGED}/**/*{WEIGHTS}*:300000"],
+        "freeze",
+        tags=ENV_ON,
+    ),
+    Point(
+        "download-ssh",
+        "the model client mid-download (re-run)",
+        [f"file:{STAGED}/**/*{WEIGHTS}*:900000", MODULE],
+        "kill",
+        tags=MODEL_ON,
+    ),
+    Point(
+        "before-publish",
+        "download complete in staging, not yet published",
+        [f"staged:{STAGED}:{HUB_MODEL}", MODULE],
+        "kill",
+        tags=MODEL_ON,
+    ),
+    Point("unit-start", "vllm.service starting (engine loading)", [f"young:{VLLM}:2:30"], "freeze", tags=MODEL_ON),
+    Point(
+        "readiness",
+        "the readiness gate waiting for the engine",
+        ["task:Wait until GET /health answers 200"],
+        "kill",
+        2.0,
+        MODEL_ON,
+    ),
+]
+
+
+@dataclass
+class Result:
+    point: str
+    what: str
+    action: str
+    struck: bool = False
+    seconds: float = 0.0
+    playbook_rc: int | None = None
+    invariants: list[str] = field(default_factory=list)
+    live: str | None = None
+    note: str = ""
+
+
+def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
+
+
+def box_exec(box: str, *argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
+    return podman("exec", box, *argv, check=check, timeout=timeout)
+
+
+def recorded(box: str, record: str) -> bool:
+    """Whether the watcher wrote its record (a probe that hangs counts as not yet)."""
+    try:
+        return box_exec(box, "test", "-e", record, check=False, timeout=15).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
+
+
+def wait_booted(box: str, timeout: float = 180) -> None:
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        state = box_exec(box, "systemctl", "is-system-running", check=False).stdout.strip()
+        if state in ("running", "degraded"):
+            sshd = box_exec(box, "systemctl", "is-active", "ssh", check=False).stdout.strip()
+            if sshd == "active":
+                return
+        time.sleep(1)
+    raise SystemExit(f"crash_suite: {box} did not boot within {timeout}s after the restart")
+
+
+def wait_reachable(box: str, timeout: float = 180) -> None:
+    """Until the box's sshd answers through its published port, as the next run will reach it.
+
+    After a power cut the box can be booted (sshd active inside) some seconds before the host reaches
+    it again on its network (measured: a run started at once timed out connecting); an operator waits
+    for the box to answer before running again, and so does the suite."""
+    host, _, port = podman("port", box, "22/tcp").stdout.strip().splitlines()[0].rpartition(":")
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with socket.create_connection((host, int(port)), timeout=3) as conn:
+                conn.settimeout(3)
+                if conn.recv(64).startswith(b"SSH-"):
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise SystemExit(f"crash_suite: {box}'s sshd did not answer on {host}:{port} within {timeout}s after the restart")
+
+
+def run_playbook(args: argparse.Namespace, log: Path, extra: list[str] | None = None) -> subprocess.Popen:
+    cmd = ["ansible-playbook", "-i", args.inventory, args.playbook, *(extra or [])]
+    out = log.open("w")
+    return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+
+def recap(log: Path) -> dict[str, int]:
+    text = log.read_text(errors="replace")
+    m = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.rsplit("PLAY RECAP", 1)[-1])
+    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()))) if m else {}
+
+
+def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) -> Result:
+    box = args.box
+    res = Result(point.name, point.what, point.action)
+    record = f"{RECORDS}/{index:02d}-{point.name}.json"
+    watch = ["python3", f"{BOX_DIR}/watcher.py", "--point", point.name, "--action", point.action]
+    watch += ["--record", record, "--after", str(point.after), "--timeout", str(RUN_TIMEOUT)]
+    on_box = [c for c in point.when if not c.startswith("task:")]
+    tasks = [c.split(":", 1)[1] for c in point.when if c.startswith("task:")]
+    for cond in on_box:
+        watch += ["--when", cond]
+    if on_box:
+        podman("exec", "-d", box, *watch)
+    started = time.monotonic()
+    next_look = started
+    log = out / f"{index:02d}-{point.name}.log"
+    proc = run_playbook(args, log, ["--tags", point.tags] if point.tags else None)
+    fired, seen = False, None
+    while proc.poll() is None:
+        if time.monotonic() - started > RUN_TIMEOUT:
+            proc.kill()
+            break
+        if tasks and seen is None:
+            text = log.read_text(errors="replace")
+            if all(f": {t}" in text for t in tasks):  # "TASK [role : name]" as ansible-playbook prints it
+                seen = time.monotonic()
+        look = False
+        if tasks and seen is not None and not fired and time.monotonic() - seen >= point.after:
+            strike = ["python3", f"{BOX_DIR}/watcher.py", "--point", point.name, "--strike"]
+            box_exec(box, *strike, "--action", point.action, "--record", record)
+            look = True
+        # The record is looked for every 3 s (each look is a `podman exec`: three a second cost more CPU
+        # than the run they watched). A frozen box waits that long for its power cut: nothing runs on it.
+        if time.monotonic() >= next_look:
+            look, next_look = True, time.monotonic() + LOOK_EVERY
+        if not fired and look and recorded(box, record):
+            fired = True
+            if point.action == "freeze":
+                podman("restart", "-t", "0", box, timeout=300)  # the power cut
+                proc.kill()  # the operator's run ends with it; the next point's run is the re-run
+                wait_booted(box)
+                wait_reachable(box)
+        time.sleep(0.3)
+    res.playbook_rc = proc.returncode
+    if not fired:
+        fired = recorded(box, record)
+    res.struck = fired
+    res.seconds = round(time.monotonic() - started, 1)
+    if not fired:
+        res.note = "the run ended without reaching the point"
+        box_exec(box, "pkill", "-f", "gpubox-crash/watcher.py", check=False)
+    check = json.loads(box_exec(box, "python3", f"{BOX_DIR}/watcher.py", "--check", MODEL_ROOT).stdout)
+    res.invariants, res.live = check["problems"], check["live"]
+    return res
+
+
+def final_runs(args: argparse.Namespace, out: Path) -> list[dict]:
+    runs = []
+    for label in ("converge", "idempotence"):
+        log = out / f"final-{label}.log"
+        started = time.monotonic()
+        proc = run_playbook(args, log)
+        rc = proc.wait(timeout=RUN_TIMEOUT)
+        runs.append({"run": label, "rc": rc, "recap": recap(log), "seconds": round(time.monotonic() - started, 1)})
+        if rc != 0:
+            break
+    return runs
+
+
+def markdown(results: list[Result], finals: list[dict]) -> str:
+    lines = ["| # | point | how | run | struck | re-run rc | invariants after | seconds |", "|---" * 8 + "|"]
+    tags = {p.name: p.tags for p in POINTS}
+    for i, r in enumerate(results, 1):
+        how = "SIGKILL of ansible's processes" if r.action == "kill" else "power cut (freeze + restart)"
+        inv = "ok" if not r.invariants else "; ".join(r.invariants)
+        struck = "yes" if r.struck else "NO"
+        run = f"`--tags {tags[r.point]}`" if tags[r.point] else "site.yml"
+        lines.append(f"| {i} | {r.what} | {how} | {run} | {struck} | {r.playbook_rc} | {inv} | {r.seconds} |")
+    for f in finals:
+        lines.append(f"\nfinal {f['run']}: rc {f['rc']}, {f['recap']}, {f['seconds']} s")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--box", required=True)
+    ap.add_argument("--inventory", required=True)
+    ap.add_argument("--playbook", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--points", help="comma-separated subset (development)")
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    box_exec(args.box, "mkdir", "-p", BOX_DIR, RECORDS)
+    podman("cp", str(HERE / "watcher.py"), f"{args.box}:{BOX_DIR}/watcher.py")
+    box_exec(args.box, "sh", "-c", f'echo \'{{"throttle": {{"{WEIGHTS}": 400000}}}}\' > {FAULTS}')
+    wanted = set(args.points.split(",")) if args.points else None
+    results = []
+    for index, point in enumerate(POINTS, 1):
+        if wanted and point.name not in wanted:
+            continue
+        res = strike_point(args, point, index, out)
+        results.append(res)
+        print(
+            f"[crash] {index:02d} {point.name}: struck={res.struck} rc={res.playbook_rc} "
+            f"invariants={'ok' if not res.invariants else res.invariants} ({res.seconds} s)",
+            flush=True,
+        )
+    box_exec(args.box, "rm", "-f", FAULTS)
+    finals = final_runs(args, out)
+    report = markdown(results, finals)
+    (out / "results.md").write_text(report + "\n")
+    (out / "results.json").write_text(json.dumps({"points": [asdict(r) for r in results], "final": finals}, indent=2))
+    print(report)
+    ok = all(r.struck and not r.invariants for r in results)
+    ok = ok and len(finals) == 2 and all(f["rc"] == 0 for f in finals)
+    ok = ok and finals[-1]["recap"].get("changed") == 0 and finals[-1]["recap"].get("failed") == 0
+    if not ok:
+        for f in finals:
+            if f["rc"] != 0:
+                print((out / f"final-{f['run']}.log").read_text(errors="replace")[-6000:])
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("ANSIBLE_FORCE_COLOR", "0")
+    sys.exit(main())

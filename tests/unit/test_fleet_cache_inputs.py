@@ -1,0 +1,147 @@
+"""roles/fleet_cache refuses bad input (tasks/validate.yml, run first by the role) before any change.
+
+Runs the role's validate entry point with ansible-playbook once, on an inventory of local hosts, one
+host per case (each with its own variables), and reads each host's result from the json callback.
+Also renders libwrap's line for apt-cacher-ng and checks it with tcpdmatch (tcpd) when installed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ansible_vars
+
+ROOT = Path(__file__).resolve().parents[2]
+
+PLAYBOOK = """
+- hosts: fleet_cache
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: fleet_cache
+        tasks_from: validate
+- hosts: purge_cases
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: fleet_cache
+        tasks_from: purge
+"""
+
+# make cache-purge MODEL=...: a name that is not OWNER/NAME is refused before anything runs.
+PURGE_CASES: dict[str, tuple[dict[str, Any], str]] = {
+    "purge-shell": ({"fleet_cache_purge_model": "a/b; rm -rf /"}, "fleet_cache_purge_model must be OWNER/NAME"),
+    "purge-path": ({"fleet_cache_purge_model": "a/../b"}, "fleet_cache_purge_model must be OWNER/NAME"),
+    "purge-owner-only": ({"fleet_cache_purge_model": "Qwen"}, "fleet_cache_purge_model must be OWNER/NAME"),
+}
+
+CASES: dict[str, tuple[dict[str, Any], str | None]] = {
+    "good": ({}, None),
+    "good-narrow": ({"fleet_cache_allowed_networks": ["10.231.94.0/24", "2001:db8::/48"]}, None),
+    "host-bits": (
+        {"fleet_cache_allowed_networks": ["10.1.2.3/8"]},
+        "fleet_cache_allowed_networks[0] is '10.1.2.3/8', which has host bits set: write 10.0.0.0/8",
+    ),
+    "not-cidr": ({"fleet_cache_allowed_networks": ["lan"]}, "fleet_cache_allowed_networks[0] is 'lan', not a network"),
+    "empty": ({"fleet_cache_allowed_networks": []}, "fleet_cache_allowed_networks is empty: no box could use"),
+    "redirect-url": (
+        {"fleet_cache_model_redirect_hosts": ["http://storage.example.com"]},
+        "fleet_cache_model_redirect_hosts must list host names",
+    ),
+    "redirect-ip": ({"fleet_cache_model_redirect_hosts": ["127.0.0.1"]}, "refused: ['127.0.0.1']"),
+    "redirect-localhost": ({"fleet_cache_model_redirect_hosts": ["localhost"]}, "refused: ['localhost']"),
+    "tls-half": (
+        {"fleet_cache_tls_certificate": "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n"},
+        "fleet_cache_tls_certificate and fleet_cache_tls_private_key must be given together",
+    ),
+    "tls-port": ({"fleet_cache_tls_port": 3142}, "fleet_cache_tls_port 3142 must be a free TCP port"),
+    "redirect-port": ({"fleet_cache_model_redirect_hosts": ["s.example.com:8443"]}, "refused: ['s.example.com:8443']"),
+}
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    tmp = tmp_path_factory.mktemp("fleet-cache-inputs")
+    hosts = {name: {"ansible_connection": "local", **hostvars} for name, (hostvars, _) in CASES.items()}
+    purge = {name: {"ansible_connection": "local", **hostvars} for name, (hostvars, _) in PURGE_CASES.items()}
+    groups = {"fleet_cache": {"hosts": hosts}, "purge_cases": {"hosts": purge}, "gpu_boxes": {"hosts": {"b1": {}}}}
+    inventory = {"all": {"children": groups}}
+    (tmp / "hosts.json").write_text(json.dumps(inventory))
+    (tmp / "play.yml").write_text(PLAYBOOK)
+    env = dict(
+        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="json"
+    )
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")]
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    report, _ = json.JSONDecoder().raw_decode(done.stdout[done.stdout.index("{") :])
+    out: dict[str, dict[str, Any]] = {}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                if result.get("failed"):
+                    out[host] = result
+                else:
+                    out.setdefault(host, result)
+    return out
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_each_input_is_accepted_or_refused_naming_the_variable(results: dict[str, dict[str, Any]], case: str) -> None:
+    _, expected = CASES[case]
+    result = results[case]
+    if expected is None:
+        assert not result.get("failed"), result.get("msg")
+    else:
+        assert result.get("failed"), f"{case} was accepted"
+        assert expected in result["msg"], result["msg"]
+        assert "Nothing was changed." in result["msg"]
+
+
+@pytest.mark.parametrize("case", sorted(PURGE_CASES))
+def test_a_purge_of_a_name_that_is_not_owner_name_is_refused(results: dict[str, dict[str, Any]], case: str) -> None:
+    result = results[case]
+    assert result.get("failed") and PURGE_CASES[case][1] in result["msg"], result
+    assert "Nothing was changed." in result["msg"]
+
+
+def _wrap_line(networks: list[str]) -> str:
+    return ansible_vars.render(
+        "unit-fleet-cache", "__fleet_cache_wrap_allow", roles=("fleet_cache",),
+        extra_vars={"fleet_cache_allowed_networks": networks},
+    )  # fmt: skip
+
+
+def test_apt_cacher_ngs_libwrap_line_lists_loopback_and_the_networks() -> None:
+    line = _wrap_line(["10.231.94.0/24", "192.168.7.7/32", "2001:db8::/48"])
+    assert line == "apt-cacher-ng: 127.0.0.1 [::1] 10.231.94.0/24 192.168.7.7/32 [2001:db8::]/48"
+
+
+@pytest.mark.skipif(shutil.which("tcpdmatch") is None, reason="tcpdmatch (package tcpd) is not installed")
+@pytest.mark.parametrize(
+    ("client", "verdict"),
+    [
+        ("10.231.94.11", "granted"),
+        ("10.231.95.11", "denied"),
+        ("127.0.0.1", "granted"),
+        ("192.168.7.7", "granted"),
+        ("192.168.7.8", "denied"),
+        ("2001:db8::5", "granted"),
+        ("2001:db9::5", "denied"),
+    ],
+)
+def test_libwrap_grants_exactly_the_allowed_networks(tmp_path: Path, client: str, verdict: str) -> None:
+    """The real libwrap matcher (tcpdmatch -d reads hosts.allow/hosts.deny from the current directory)."""
+    (tmp_path / "hosts.allow").write_text(_wrap_line(["10.231.94.0/24", "192.168.7.7/32", "2001:db8::/48"]) + "\n")
+    (tmp_path / "hosts.deny").write_text("apt-cacher-ng: ALL\n")
+    done = subprocess.run(
+        ["tcpdmatch", "-d", "apt-cacher-ng", client], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert f"access:   {verdict}" in done.stdout, done.stdout + done.stderr

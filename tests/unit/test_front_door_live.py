@@ -1,0 +1,388 @@
+"""The front door's and the gateway's rendered files, run by the real nginx and HAProxy on loopback.
+
+Skipped where the binary is missing (Debian's packages: apt-get install nginx haproxy). A tiny Python
+HTTP server stands in for vLLM. 127.0.0.1 plays the gateway (front_door_gateway_networks) and 127.0.0.2
+a client that connects directly; the tenants behind the gateway are documentation addresses in
+X-Forwarded-For. Limits are one request a minute with no burst, so the second request of a client (or
+of a key) is the one refused. Proves:
+
+- a 429 of the client limit and of the key limit, a 404 and a 413 that nginx answers itself are
+  OpenAI-style JSON (application/json, {"error": {"message", "type", "code"}});
+- two clients behind the gateway are limited apart; an X-Forwarded-For from an untrusted source is
+  ignored (the connection's address is the client), and of the gateway's header only the last address
+  (the one the gateway appended) is believed;
+- HAProxy (when installed) replaces a client's X-Forwarded-For with the address it saw, limits each
+  client with its stick table and answers its own errors (429, 401, 404, 503) in JSON.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import os
+import shutil
+import socket
+import ssl
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import ansible_vars
+
+ROOT = Path(__file__).resolve().parents[2]
+GATEWAY = "127.0.0.1"
+STRANGER = "127.0.0.2"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _render(host: str, role: str, template: str, roles: tuple[str, ...], groups: tuple[str, ...], extra: dict) -> str:
+    from ansible.template import trust_as_template
+
+    templar, _ = ansible_vars.templar_for(
+        host, roles=roles, groups=groups, extra_vars={"ansible_managed": "managed by a test", **extra}
+    )
+    return templar.template(trust_as_template((ROOT / "roles" / role / "templates" / template).read_text()))
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    cert, key = tmp / "tls.crt", tmp / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def _wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{what} does not listen on {port}")
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    """vLLM's stand-in: 200 with the forwarding headers it got, or 503 on /v1/unavailable."""
+
+    def do_GET(self) -> None:  # http.server calls it by this name
+        status = 503 if self.path == "/v1/unavailable" else 200
+        body = json.dumps(
+            {
+                "path": self.path,
+                "x_real_ip": self.headers.get("X-Real-IP"),
+                "xff": self.headers.get_all("X-Forwarded-For"),
+                "host": self.headers.get("Host"),
+            }
+        ).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server.server_address[1]
+    server.shutdown()
+
+
+def _nginx() -> str:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+    if nginx is None or shutil.which("openssl") is None:
+        pytest.skip("nginx (Debian's package) and openssl are needed to run the front door on loopback")
+    return nginx
+
+
+def _start_front_door(tmp: Path, engine: int, knobs: dict) -> tuple[subprocess.Popen, int]:
+    """nginx with the rendered front door file (``knobs`` over the role's defaults), listening on loopback."""
+    nginx = _nginx()
+    tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
+    cert, key = _self_signed(tmp)
+    port = _free_port()
+    conf = _render(
+        "unit-front-door-live", "front_door", "gpubox-front-door.conf.j2", ("gpubox", "front_door"), ("gpu_2x3090",),
+        {
+            "gpubox_front_door_port": port,
+            "gpubox_port": engine,
+            "front_door_ipv6": False,
+            "front_door_gateway_networks": [f"{GATEWAY}/32"],
+            "__front_door_cert": str(cert),
+            "__front_door_key": str(key),
+            "__front_door_access_log": str(tmp / "access.log"),
+            **knobs,
+        },
+    )  # fmt: skip
+    (tmp / "front-door.conf").write_text(conf)
+    temp_paths = "".join(
+        f"    {kind}_temp_path {tmp}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    (tmp / "nginx.conf").write_text(
+        f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log notice;\n"
+        f"events {{}}\nhttp {{\n{temp_paths}    include {tmp}/front-door.conf;\n}}\n"
+    )
+    proc = subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(port, proc, "nginx")
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, port
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def front_door(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[dict]:
+    """One request a minute per client and per key, no burst; bodies up to 1k."""
+    tmp = tmp_path_factory.mktemp("front-door")
+    limits = {
+        "front_door_rate_per_client": "1r/m",
+        "front_door_burst_per_client": 0,
+        "front_door_rate_per_key": "1r/m",
+        "front_door_burst_per_key": 0,
+        "front_door_client_max_body_size": "1k",
+    }
+    proc, port = _start_front_door(tmp, engine, limits)
+    try:
+        yield {"port": port, "dir": tmp, "engine": engine}
+    finally:
+        _stop(proc)
+
+
+def _get(
+    port: int, path: str = "/v1/models", source: str = GATEWAY, headers: dict | None = None, body: str | None = None
+) -> tuple[int, str, Any]:
+    """(status, content type, JSON body) of one HTTPS request from ``source`` (the certificate is not checked)."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context, source_address=(source, 0))
+    try:
+        conn.request("POST" if body is not None else "GET", path, body=body, headers=headers or {})
+        resp = conn.getresponse()
+        raw = resp.read().decode()
+        return resp.status, resp.getheader("Content-Type", ""), json.loads(raw)
+    finally:
+        conn.close()
+
+
+def _is_openai_error(status: int, ctype: str, body: Any, code: str) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        ctype.startswith("application/json")
+        and isinstance(error, dict)
+        and set(error) == {"message", "type", "code"}
+        and error["code"] == code
+        and isinstance(error["message"], str)
+        and len(error["message"]) > 0
+    )
+
+
+def test_clients_behind_the_gateway_are_limited_apart_and_the_429_is_json(front_door):
+    port = front_door["port"]
+    status, _, body = _get(port, headers={"X-Forwarded-For": "198.51.100.1"})
+    assert status == 200 and body["x_real_ip"] == "198.51.100.1", body
+    status, ctype, body = _get(port, headers={"X-Forwarded-For": "198.51.100.1"})
+    assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, ctype, body)
+    assert body["error"]["type"] == "rate_limit_error"
+    # Another tenant behind the same gateway is not refused for the first one's burst.
+    status, _, body = _get(port, headers={"X-Forwarded-For": "198.51.100.2"})
+    assert status == 200 and body["x_real_ip"] == "198.51.100.2", body
+
+
+@pytest.mark.parametrize(("n", "host"), enumerate(["a?", "a#", "evil.example", "127.0.0.1:1/v1/models?"]))
+def test_the_engine_never_sees_the_clients_host(front_door, n, host):
+    # starlette < 1.0.1 builds request.url from Host: vLLM 0.7.3's key check read a poisoned path
+    # (CVE-2026-48710). The front door sends the engine its own fixed Host whatever the client says.
+    client = f"198.51.100.{60 + n}"  # a tenant of its own: one request a minute each
+    status, _, body = _get(front_door["port"], headers={"Host": host, "X-Forwarded-For": client})
+    assert status in (200, 400), (status, body)
+    if status == 200:
+        assert body["host"] == f"127.0.0.1:{front_door['engine']}" and body["path"] == "/v1/models", body
+
+
+def test_only_the_address_the_gateway_appended_is_believed(front_door):
+    # A client wrote its own X-Forwarded-For (claiming the refused 198.51.100.1); the gateway appended
+    # the address it saw. Only that last one is the client.
+    status, _, body = _get(front_door["port"], headers={"X-Forwarded-For": "198.51.100.1, 198.51.100.5"})
+    assert status == 200 and body["x_real_ip"] == "198.51.100.5", body
+
+
+def test_x_forwarded_for_from_an_untrusted_source_is_ignored(front_door):
+    port = front_door["port"]
+    # It claims to be a fresh tenant each time: the limit keys on its own address all the same.
+    status, _, body = _get(port, source=STRANGER, headers={"X-Forwarded-For": "198.51.100.3"})
+    assert status == 200 and body["x_real_ip"] == STRANGER, body
+    status, ctype, body = _get(port, source=STRANGER, headers={"X-Forwarded-For": "198.51.100.4"})
+    assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, body)
+
+
+def test_one_key_is_limited_across_clients_and_its_429_is_json(front_door):
+    port = front_door["port"]
+    key = {"Authorization": "Bearer live-test-key-1"}
+    assert _get(port, headers={**key, "X-Forwarded-For": "198.51.100.6"})[0] == 200
+    status, ctype, body = _get(port, headers={**key, "X-Forwarded-For": "198.51.100.7"})
+    assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, body)
+    other = {"Authorization": "Bearer live-test-key-2", "X-Forwarded-For": "198.51.100.8"}
+    assert _get(port, headers=other)[0] == 200
+    errors = (front_door["dir"] / "error.log").read_text()
+    assert 'by zone "gpubox_key", client: 198.51.100.7' in errors, errors[-2000:]
+    assert 'by zone "gpubox_client", client: 127.0.0.2' in errors, errors[-2000:]
+    # The key is in no log.
+    for log in ("access.log", "error.log"):
+        assert "live-test-key" not in (front_door["dir"] / log).read_text(), log
+
+
+def test_nginx_own_errors_are_json(front_door):
+    port = front_door["port"]
+    status, ctype, body = _get(port, path="/version", headers={"X-Forwarded-For": "198.51.100.9"})
+    assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
+    status, ctype, body = _get(
+        port, path="/v1/completions", headers={"X-Forwarded-For": "198.51.100.10"}, body="x" * 4096
+    )
+    assert status == 413 and _is_openai_error(status, ctype, body, "request_too_large"), (status, body)
+    assert body["error"]["type"] == "invalid_request_error"
+    status, ctype, body = _get(port, path="/metrics", source=STRANGER)
+    assert status == 403 and _is_openai_error(status, ctype, body, "forbidden"), (status, body)
+    # A header larger than nginx's buffers (its 494, answered as 400).
+    status, ctype, body = _get(port, source=STRANGER, headers={"X-Large": "x" * 20000})
+    assert status == 400 and _is_openai_error(status, ctype, body, "bad_request"), (status, body)
+    # vLLM's own error passes through as vLLM wrote it.
+    status, _, body = _get(port, path="/v1/unavailable", headers={"X-Forwarded-For": "198.51.100.11"})
+    assert status == 503 and body["path"] == "/v1/unavailable", body
+
+
+# --------------------------------------------------------------------------- the gateway in front
+
+
+GATEWAY_KEY = "live-gateway-key-0123456789"
+
+
+def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tuple[subprocess.Popen, int]:
+    """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``)."""
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+    if haproxy is None:
+        pytest.skip("haproxy (Debian's package) is needed to run the gateway on loopback")
+    tmp.mkdir(parents=True, exist_ok=True)
+    cert, key = _self_signed(tmp)
+    (tmp / "tls.pem").write_bytes(cert.read_bytes())
+    (tmp / "tls.pem.key").write_bytes(key.read_bytes())
+    (tmp / "keys.lst").write_text(GATEWAY_KEY + "\n")
+    (tmp / "localhost.crt").write_bytes(box_cert.read_bytes())
+    port = _free_port()
+    conf = _render(
+        "unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), ("fleet_cache",),
+        {
+            "llm_gateway_port": port,
+            "llm_gateway_bind_address": "127.0.0.1",
+            "llm_gateway_check_interval_ms": 200,
+            "__llm_gateway_servers": [{"name": "localhost", "address": "127.0.0.1", "port": box_port}],
+            "__llm_gateway_cert": str(tmp / "tls.pem"),
+            "__llm_gateway_keys_file": str(tmp / "keys.lst"),
+            "__llm_gateway_backend_ca_dir": str(tmp),
+            "__llm_gateway_socket": str(tmp / "admin.sock"),
+            **knobs,
+        },
+    )  # fmt: skip
+    # Not what is tested, and a test may not run as root: no chroot, no switch of user.
+    conf = "\n".join(line for line in conf.splitlines() if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
+    (tmp / "haproxy.cfg").write_text(conf + "\n")
+    check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    proc = subprocess.Popen([haproxy, "-db", "-f", str(tmp / "haproxy.cfg")], stderr=subprocess.PIPE, text=True)
+    try:
+        _wait_for(port, proc, "haproxy")
+    except BaseException:
+        _stop(proc)
+        raise
+    return proc, port
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[dict]:
+    """HAProxy (3 requests per client in 10 s) in front of a front door with its default limits."""
+    box_dir = tmp_path_factory.mktemp("box")
+    box, box_port = _start_front_door(box_dir, engine, {})
+    try:
+        proc, port = _start_gateway(
+            tmp_path_factory.mktemp("gateway"), box_port, box_dir / "tls.crt",
+            {"llm_gateway_rate_per_client": 3, "llm_gateway_rate_period_s": 10},
+        )  # fmt: skip
+        try:
+            yield {"port": port, "box_dir": box_dir}
+        finally:
+            _stop(proc)
+    finally:
+        _stop(box)
+
+
+KEY = {"Authorization": f"Bearer {GATEWAY_KEY}"}
+
+
+def test_the_box_sees_the_client_the_gateway_saw_never_the_clients_own_header(gateway):
+    status, _, body = _get(gateway["port"], source="127.0.0.3", headers={**KEY, "X-Forwarded-For": "203.0.113.9"})
+    assert status == 200, body
+    # HAProxy replaced the client's header with the address it saw; the box believed it (the gateway is 127.0.0.1).
+    assert body["x_real_ip"] == "127.0.0.3", body
+    assert not any("203.0.113.9" in value for value in body["xff"]), body
+
+
+def test_the_gateway_limits_each_client_and_its_429_is_json(gateway):
+    port = gateway["port"]
+    assert [_get(port, source="127.0.0.4", headers=KEY)[0] for _ in range(3)] == [200, 200, 200]
+    status, ctype, body = _get(port, source="127.0.0.4", headers=KEY)
+    assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, ctype, body)
+    assert body["error"]["type"] == "rate_limit_error"
+    # Another client is not refused for it.
+    assert _get(port, source="127.0.0.5", headers=KEY)[0] == 200
+
+
+def test_the_gateways_own_answers_are_json(gateway):
+    port = gateway["port"]
+    status, ctype, body = _get(port, source="127.0.0.6", headers={"Authorization": "Bearer wrong"})
+    assert status == 401 and _is_openai_error(status, ctype, body, "invalid_api_key"), (status, body)
+    status, ctype, body = _get(port, path="/version", source="127.0.0.6", headers=KEY)
+    assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
+    assert "live-gateway-key" not in (gateway["box_dir"] / "access.log").read_text()
+
+
+def test_no_box_up_is_a_json_503(tmp_path, engine):
+    # The one box's front door port has nothing listening: HAProxy answers 503 itself.
+    cert, _ = _self_signed(tmp_path)
+    proc, port = _start_gateway(tmp_path / "gateway", _free_port(), cert, {"llm_gateway_retries": 0})
+    try:
+        status, ctype, body = _get(port, source="127.0.0.7", headers=KEY)
+    finally:
+        _stop(proc)
+    assert status == 503 and _is_openai_error(status, ctype, body, "unavailable"), (status, ctype, body)

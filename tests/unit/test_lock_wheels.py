@@ -1,0 +1,53 @@
+"""tools/lock_wheels.py: hashes from a PEP 503 page, and every checked-in lock in step with its pins."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+spec = importlib.util.spec_from_file_location("lock_wheels", ROOT / "tools/lock_wheels.py")
+assert spec and spec.loader
+lw = importlib.util.module_from_spec(spec)
+sys.modules["lock_wheels"] = lw
+spec.loader.exec_module(lw)
+
+# (constraints, lock) pairs that python_env installs with --require-hashes
+LOCKS = [
+    (
+        ROOT / "roles/python_env/files/constraints-vllm-0.7.3.txt",
+        ROOT / "roles/python_env/files/constraints-vllm-0.7.3.hashes.txt",
+    ),
+    (ROOT / "molecule/fleet_cache/constraints.txt", ROOT / "molecule/fleet_cache/constraints.hashes.txt"),
+]
+
+H1, H2, H3 = "1" * 64, "2" * 64, "3" * 64
+PAGE = f"""<!DOCTYPE html><html><body>
+<a href="https://files.example/p/Foo_Bar-1.2-py3-none-any.whl#sha256={H1}">Foo_Bar-1.2-py3-none-any.whl</a>
+<a href="https://files.example/p/foo-bar-1.2.tar.gz#sha256={H2}" data-requires-python="&gt;=3.9">foo-bar-1.2.tar.gz</a>
+<a href="https://files.example/p/foo_bar-1.20-cp311-cp311-manylinux_2_17_x86_64.whl#sha256={H3}">x</a>
+<a href="https://files.example/p/foo_bar_extra-1.2-py3-none-any.whl#sha256={H3}">other project</a>
+</body></html>"""
+
+
+def test_hashes_of_exactly_the_pinned_version_of_exactly_that_project() -> None:
+    assert lw.hashes_from_page(PAGE, lw.Pin("foo.bar", "1.2")) == [H1, H2]
+    assert lw.hashes_from_page(PAGE, lw.Pin("foo-bar", "1.20")) == [H3]
+    assert lw.hashes_from_page(PAGE, lw.Pin("foo-bar", "9")) == []
+
+
+def test_a_rendered_lock_is_in_step_and_a_changed_one_is_not() -> None:
+    constraints = "# c\nfoo-bar==1.2\nbaz==3 ; python_version < '3.11'\n"
+    pins = lw.read_pins(constraints)
+    lock = lw.render("c.txt", pins, {pins[0]: [H1, H2], pins[1]: [H3]})
+    assert lw.lock_problems(constraints, lock) == []
+    assert lw.lock_problems(constraints.replace("1.2", "1.3"), lock)
+    assert lw.lock_problems(constraints, lock.replace(f"    --hash=sha256:{H3}", "")), "a pin without a hash"
+
+
+@pytest.mark.parametrize(("constraints", "lock"), LOCKS, ids=[str(c.relative_to(ROOT)) for c, _ in LOCKS])
+def test_checked_in_locks_pin_what_their_constraints_pin(constraints: Path, lock: Path) -> None:
+    assert lw.lock_problems(constraints.read_text(), lock.read_text()) == [], "run make lock-wheels"

@@ -1,0 +1,166 @@
+#!/usr/bin/env python3
+"""Write a hash lock of a pin set from PyPI's own file list (make lock-wheels), or check one offline.
+
+    python tools/lock_wheels.py roles/python_env/files/constraints-vllm-0.7.3.txt \
+        --out roles/python_env/files/constraints-vllm-0.7.3.hashes.txt
+    python tools/lock_wheels.py CONSTRAINTS --out LOCK --check     # offline: same pins, every one hashed
+
+Trust boundary (design.md): the LAN cache's PyPI proxy and any mirror are untrusted for wheels, as
+they are for models. The lock is written on purpose, from PyPI's simple index over https (PEP 503: each
+file's link carries ``#sha256=``), and checked in beside its constraints; python_env then installs
+with ``pip install --require-hashes --requirement LOCK``, so a file whose sha256 the lock does not name
+is refused whatever the index page that served it says. Every file PyPI has for a pinned version is
+listed (all platforms and the sdist): pip accepts any one of them, so one lock serves every box.
+
+The input is a constraints file of ``name==version`` lines (comments, blank lines and environment
+markers allowed); the output keeps the order and markers and adds the hashes. Exit status: 0 done or
+in step; 1 a pin PyPI has no file for, or a lock out of step with its constraints (``--check``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import html.parser
+import re
+import sys
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+
+INDEX = "https://pypi.org/simple"
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#\\]+)\s*(;[^#\\]*)?")
+_HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
+
+
+@dataclass(frozen=True)
+class Pin:
+    name: str
+    version: str
+    marker: str = ""
+
+    @property
+    def key(self) -> tuple[str, str, str]:
+        return normalize(self.name), self.version, self.marker
+
+
+def normalize(name: str) -> str:
+    """A project name as PEP 503 compares it."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_pins(text: str) -> list[Pin]:
+    pins = []
+    for line in text.splitlines():
+        if line.lstrip().startswith(("#", "--")) or not line.strip():
+            continue
+        found = _PIN.match(line)
+        if not found:
+            raise ValueError(f"not a name==version pin: {line!r}")
+        pins.append(Pin(found.group(1), found.group(2), (found.group(3) or "").strip()))
+    return pins
+
+
+class _Links(html.parser.HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.hrefs: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "a":
+            self.hrefs += [value for name, value in attrs if name == "href" and value]
+
+
+def file_version(filename: str, project: str) -> str | None:
+    """The version a distribution file's name carries (wheel or sdist), None when it is another project's."""
+    if filename.endswith(".whl"):
+        parts = filename[:-4].split("-")
+        name, version = parts[0], parts[1] if len(parts) > 1 else ""
+    else:
+        stem = re.sub(r"\.(tar\.gz|tar\.bz2|zip|tgz)$", "", filename)
+        name, _, version = stem.rpartition("-")
+    return version if normalize(name) == normalize(project) else None
+
+
+def hashes_from_page(page: str, pin: Pin) -> list[str]:
+    """The sha256 of every file of pin's version that a PEP 503 page links, sorted."""
+    links = _Links()
+    links.feed(page)
+    found = set()
+    for href in links.hrefs:
+        url, _, fragment = href.partition("#")
+        filename = url.rsplit("/", 1)[-1]
+        if file_version(filename, pin.name) == pin.version and fragment.startswith("sha256="):
+            found.add(fragment.removeprefix("sha256="))
+    return sorted(found)
+
+
+def fetch_page(index: str, name: str) -> str:
+    request = urllib.request.Request(f"{index.rstrip('/')}/{normalize(name)}/", headers={"Accept": "text/html"})
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return response.read().decode("utf-8")
+
+
+def render(source: str, pins: list[Pin], hashes: dict[Pin, list[str]]) -> str:
+    out = [
+        f"# Hash lock of {source}: every pin with the sha256 of each file PyPI has for it (all platforms),",
+        "# from PyPI's simple index. Written by `make lock-wheels` (tools/lock_wheels.py); refresh it on purpose",
+        "# with the constraints. python_env installs it with pip --require-hashes: a file whose hash is not",
+        "# here is refused, whichever index or cache served it.",
+    ]
+    for pin in pins:
+        head = f"{pin.name}=={pin.version}" + (f" {pin.marker}" if pin.marker else "")
+        out.append(head + " \\")
+        lines = [f"    --hash=sha256:{h}" for h in hashes[pin]]
+        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
+    return "\n".join(out) + "\n"
+
+
+def lock_problems(constraints: str, lock: str) -> list[str]:
+    """Why a lock is out of step with its constraints: other pins, or a pin without a hash."""
+    want = {p.key for p in read_pins(constraints)}
+    joined = re.sub(r"\\\n", " ", lock)
+    have, problems = set(), []
+    for line in joined.splitlines():
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        pin = read_pins(line.split("--hash")[0])[0]
+        have.add(pin.key)
+        if not _HASH.search(line):
+            problems.append(f"{pin.name}=={pin.version} has no --hash=sha256")
+    problems += [f"{n}=={v} is in the constraints but not in the lock" for n, v, _ in sorted(want - have)]
+    problems += [f"{n}=={v} is in the lock but not in the constraints" for n, v, _ in sorted(have - want)]
+    return problems
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("constraints", type=Path)
+    ap.add_argument("--out", type=Path, required=True)
+    ap.add_argument("--index", default=INDEX, help="a PEP 503 index over https (default PyPI's)")
+    ap.add_argument("--check", action="store_true", help="offline: fail when the lock is out of step")
+    args = ap.parse_args()
+    text = args.constraints.read_text()
+    if args.check:
+        problems = lock_problems(text, args.out.read_text() if args.out.exists() else "")
+        for problem in problems:
+            print(f"lock_wheels: {args.out}: {problem}; run make lock-wheels", file=sys.stderr)
+        return 1 if problems else 0
+    if not args.index.startswith("https://"):
+        print(f"lock_wheels: --index {args.index} is not https: a lock is written only from a trusted index")
+        return 1
+    pins = read_pins(text)
+    hashes = {}
+    for pin in pins:
+        hashes[pin] = hashes_from_page(fetch_page(args.index, pin.name), pin)
+        if not hashes[pin]:
+            print(f"lock_wheels: {args.index} has no file for {pin.name}=={pin.version}", file=sys.stderr)
+            return 1
+    tmp = args.out.with_name(args.out.name + ".tmp")
+    tmp.write_text(render(args.constraints.as_posix(), pins, hashes))
+    tmp.replace(args.out)
+    print(f"lock_wheels: {args.out}: {len(pins)} pins, {sum(map(len, hashes.values()))} file hashes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
