@@ -2,9 +2,11 @@
 """Run molecule scenarios, a few at a time, and report each one's result and duration.
 
 Each scenario's full output goes to .cache/molecule-logs/<scenario>.log; a failed scenario's tail is
-printed. Exit status is non-zero when any scenario fails or when none ran. Every scenario is merged
-over the one molecule base, .config/molecule/config.yml, named explicitly so that a copy of the tree
-without .git (where molecule would not find it) runs the same configuration.
+printed, and after the summary, last of all (CI shows a run's last lines), the action each failed
+scenario failed in and the end of what it said (`why_failed`). Exit status is non-zero when any
+scenario fails or when none ran. Every scenario is merged over the one molecule base,
+.config/molecule/config.yml, named explicitly so that a copy of the tree without .git (where molecule
+would not find it) runs the same configuration.
 
 While a scenario runs its output is read line by line and the start and end of each molecule action
 (destroy, syntax, create, prepare, converge, idempotence, side_effect, verify, ...) are timed. After
@@ -189,6 +191,72 @@ def run(scenario: str, logdir: Path) -> Result:
     return res
 
 
+FAILED_TASK = re.compile(r"^(?:fatal|failed): \[(?P<host>[^\]]+)\].*?FAILED!")
+TASK_LINE = re.compile(r"^TASK \[(?P<task>.*)\]")
+WHY_LINES = 8  # lines of what the failed task said, per scenario
+WHY_WIDTH = 220  # characters a line, at most
+
+
+def failed_task(lines: list[str]) -> list[str]:
+    """The last failed task of an ansible-playbook output that was not ignored: `host: TASK [name]`,
+    then the end of what it said (its msg, the last lines of its stderr and stdout: a suite run by
+    `command` prints its verdict last). ansible-playbook prints the result as JSON after `FAILED! =>`,
+    on that line or over the following ones up to a closing brace of its own."""
+    for at in range(len(lines) - 1, -1, -1):
+        if not (m := FAILED_TASK.match(lines[at])):
+            continue
+        raw = [lines[at].split("=>", 1)[1].strip() if "=>" in lines[at] else ""]
+        if raw[0] == "{":
+            for line in lines[at + 1 :]:
+                raw.append(line)
+                if line == "}":
+                    break
+        after = lines[at + len(raw) : at + len(raw) + 1]
+        if after and after[0].strip() == "...ignoring":
+            continue
+        try:
+            result = json.loads("\n".join(raw))
+        except ValueError:
+            result = None
+        said: list[str] = []
+        if isinstance(result, dict):
+            said += str(result.get("msg", "")).splitlines()[-3:]
+            for key in ("stderr_lines", "stdout_lines"):
+                said += [str(line) for line in result.get(key) or [] if str(line).strip()][-3:]
+        said = [line for line in said if line.strip()] or [line for line in raw if line.strip()]
+        task = next((t["task"] for line in reversed(lines[:at]) if (t := TASK_LINE.match(line))), "?")
+        return [f"{m['host']}: TASK [{task}]", *said[-WHY_LINES:]]
+    return []
+
+
+def why_failed(text: str) -> list[str]:
+    """Why a scenario failed, in a few lines, from its molecule log: the action that failed, then within
+    it pytest's FAILED lines (verify), else the last failed task that was not ignored, else molecule's
+    own CRITICAL or ERROR lines (an idempotence run that changed something names the tasks after it)."""
+    lines = [ANSI.sub("", line) for line in text.splitlines()]
+    begin, action = 0, "?"
+    for i, line in enumerate(lines):
+        mark = parse_action_line(line)
+        if mark and mark.edge == "start":
+            begin, action = i, mark.action
+        elif mark and mark.state.startswith("Failed"):
+            break
+    segment = lines[begin:]
+    said = [line for line in segment if line.startswith("FAILED ")][-WHY_LINES:]
+    said = said or failed_task(segment)
+    if not said:
+        crit = [
+            i
+            for i, line in enumerate(segment)
+            if line.startswith(("CRITICAL", "ERROR")) and not parse_action_line(line)
+        ]
+        if crit:
+            said = [segment[crit[-1]]] + [line for line in segment[crit[-1] + 1 :] if line.lstrip().startswith("* ")]
+    return [f"{action}: " + (said[0] if said else "(no failed task or test in its log: see the lines above)")] + [
+        "  " + line for line in said[1 : WHY_LINES + 1]
+    ]
+
+
 def times_record(results: list[Result], jobs: int, started: datetime, finished: datetime) -> dict[str, Any]:
     """The times.json document: each scenario's result, wall time and phases, in the order given."""
     return {
@@ -229,6 +297,10 @@ def main() -> int:
     for r in results:
         state = "SKIPPED" if r.skipped else "passed" if r.ok else "FAILED"
         print(f"  {r.scenario:<24} {state:<7} {r.seconds:6.0f} s {r.skipped}")
+    for r in results:
+        if not r.ok and r.log.exists():
+            why = why_failed(r.log.read_text(errors="replace"))
+            print(f"{r.scenario} failed in " + "\n".join(line[:WHY_WIDTH] for line in why))
     ran = [r for r in results if not r.skipped]
     return 0 if ran and all(r.ok for r in ran) else 1
 

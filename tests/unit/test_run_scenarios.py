@@ -146,3 +146,82 @@ def test_run_logs_every_line_and_times_the_actions(tmp_path: Path, monkeypatch: 
     assert text.startswith(b"INFO     [refusals > syntax] Executing\nplaybook: converge.yml\r\n")
     assert b"INFO     [refusals > converge] Executing\n" in text
     assert text.endswith(b"Executed: Failed\nno newline at the end")
+
+
+# What a failed scenario's log holds, in the formats ansible-core and molecule (requirements-dev.lock) print
+# (captured from ansible-playbook runs of small playbooks with this repo's ansible.cfg).
+def _log(action: str, body: str, state: str = "Failed") -> str:
+    return (
+        f"INFO     [s > create] Executing\nok: [localhost]\nINFO     [s > create] Executed: Successful\n"
+        f"INFO     [s > {action}] Executing\n{body}\nERROR    [s > {action}] Executed: {state}\n"
+    )
+
+
+COMMAND_FAILED = (
+    "TASK [Run the crash suite (molecule/serving/crash_suite.py)] *******************\n"
+    '[ERROR]: Task failed: Module failed: non-zero return code\nfatal: [localhost]: FAILED! => {"changed": true, '
+    '"msg": "non-zero return code", "rc": 1, "stderr": "crash_suite: box did not boot within 180s", '
+    '"stderr_lines": ["crash_suite: box did not boot within 180s"], "stdout": "a\\nb", '
+    '"stdout_lines": ["[crash] 01 apt-driver: struck=True", "[crash] 02 apt-cuda: struck=False"]}\n'
+    "\nPLAY RECAP *****\nlocalhost : ok=0    changed=0    unreachable=0    failed=1"
+)
+ASSERT_FAILED = (
+    "TASK [An assert] ***************************************************************\n"
+    'fatal: [gpubox-m-box]: FAILED! => {\n    "assertion": false,\n    "changed": false,\n'
+    '    "msg": "rebuild: 1 problem(s). Nothing was changed.\\n- gpubox_x is bad"\n}\n\nPLAY RECAP ****'
+)
+IGNORED = (
+    "TASK [Probe that may fail] *****\n"
+    'fatal: [gpubox-m-box]: FAILED! => {"changed": false, "msg": "expected"}\n...ignoring\n'
+    "TASK [Next] *****\nok: [gpubox-m-box]\n"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (
+            _log("converge", COMMAND_FAILED),
+            [
+                "converge: localhost: TASK [Run the crash suite (molecule/serving/crash_suite.py)]",
+                "  non-zero return code",
+                "  crash_suite: box did not boot within 180s",
+                "  [crash] 01 apt-driver: struck=True",
+                "  [crash] 02 apt-cuda: struck=False",
+            ],
+        ),
+        (
+            _log("side_effect", IGNORED + ASSERT_FAILED),
+            [
+                "side_effect: gpubox-m-box: TASK [An assert]",
+                "  rebuild: 1 problem(s). Nothing was changed.",
+                "  - gpubox_x is bad",
+            ],
+        ),
+        (
+            _log("verify", IGNORED + "FAILED tests/test_a.py::test_one - AssertionError: 2 != 3\n1 failed, 9 passed"),
+            ["verify: FAILED tests/test_a.py::test_one - AssertionError: 2 != 3"],
+        ),
+        (
+            _log(
+                "idempotence",
+                IGNORED + "CRITICAL Idempotence test failed because of the following tasks:\n* [gpubox-m-box] => r : t",
+            ),
+            [
+                "idempotence: CRITICAL Idempotence test failed because of the following tasks:",
+                "  * [gpubox-m-box] => r : t",
+            ],
+        ),
+        (_log("converge", IGNORED), ["converge: (no failed task or test in its log: see the lines above)"]),
+    ],
+    ids=["command", "assert-after-ignored", "pytest", "idempotence", "nothing-found"],
+)
+def test_why_a_scenario_failed_is_told_in_a_few_lines(log: str, expected: list[str]) -> None:
+    assert run_scenarios.why_failed(log) == expected
+
+
+def test_the_failed_action_is_the_one_told_not_a_later_one() -> None:
+    """molecule runs destroy after a failed action: the failure told is the failed action's own."""
+    log = _log("converge", COMMAND_FAILED) + "INFO     [s > destroy] Executing\nok: [localhost]\n"
+    log += "INFO     [s > destroy] Executed: Successful\n"
+    assert run_scenarios.why_failed(log)[0].startswith("converge: localhost: TASK [Run the crash suite")
