@@ -118,7 +118,31 @@ class Result:
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run(["podman", *args], capture_output=True, text=True, check=check, timeout=timeout)
+    """podman ARGS; with check, a failure or a timeout ends the suite with what podman said (the last
+    lines of the converge's output, where `make test` shows why a scenario failed), not a traceback."""
+    try:
+        proc = subprocess.run(["podman", *args], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        if not check:
+            raise
+        what = " ".join(args[:3])
+        raise SystemExit(f"crash_suite: `podman {what} ...` did not return within {timeout:.0f} s") from None
+    if check and proc.returncode != 0:
+        said = (proc.stderr or proc.stdout).strip()[-800:]
+        raise SystemExit(f"crash_suite: `podman {' '.join(args[:3])} ...` exited {proc.returncode}: {said}")
+    return proc
+
+
+def power_cut(box: str) -> None:
+    """`podman restart -t 0`: the box loses every process at once and boots again. When podman itself
+    fails to restart it (a harness failure, not the box's), the suite says so and tries once more from
+    a stopped box before it gives up."""
+    first = podman("restart", "-t", "0", box, check=False, timeout=300)
+    if first.returncode == 0:
+        return
+    print(f"[crash] podman restart of {box} exited {first.returncode}: {first.stderr.strip()[-400:]}", flush=True)
+    podman("stop", "-t", "0", box, check=False, timeout=120)
+    podman("start", box, timeout=300)
 
 
 def box_exec(box: str, *argv: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -214,7 +238,7 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
         if not fired and look and recorded(box, record):
             fired = True
             if point.action == "freeze":
-                podman("restart", "-t", "0", box, timeout=300)  # the power cut
+                power_cut(box)
                 proc.kill()  # the operator's run ends with it; the next point's run is the re-run
                 wait_booted(box)
                 wait_reachable(box)
