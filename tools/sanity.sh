@@ -14,7 +14,8 @@
 #    pip wheel of the pinned version, fetched from PyPI.
 # 4. Environmental skip: compile and import run only on this Python (Debian 12 has no other). Python
 #    3.10 (the managed box's, tests/config.yml) is covered by vermin instead: modules and module_utils
-#    must use no syntax or standard library newer than 3.10, gpu_parsers.py and the boot-time check none
+#    (and vLLM's request guard, which runs in the environment) must use no syntax or standard library
+#    newer than 3.10, gpu_parsers.py and the boot-time check none
 #    newer than 3.9 (they say so).
 set -euo pipefail
 
@@ -70,7 +71,8 @@ if [[ ! -x "$vermin_venv/bin/vermin" ]] || [[ "$(cat "$vermin_venv/.pin" 2>/dev/
   echo "$vermin_pin" >"$vermin_venv/.pin"
 fi
 cd "$repo"
-"$vermin_venv/bin/vermin" -q --no-tips --violations -t=3.10- plugins/modules plugins/module_utils
+"$vermin_venv/bin/vermin" -q --no-tips --violations -t=3.10- plugins/modules plugins/module_utils \
+  roles/vllm_service/files/gpubox_vllm_guard.py
 "$vermin_venv/bin/vermin" -q --no-tips --violations -t=3.9- plugins/module_utils/gpu_parsers.py \
   roles/gpu_tuning/files/gpubox-gpu-check
 echo "sanity: ansible-test sanity (Python $py) and vermin (3.10 modules, 3.9 GPU check) passed in $((SECONDS - started))s"

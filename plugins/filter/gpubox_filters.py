@@ -76,10 +76,15 @@ def state_errors(values: Mapping[str, Any]) -> list[str]:
     return state_checks.validate(values).errors
 
 
-def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_requests: bool = True) -> list[str]:
+def vllm_args(
+    state: Mapping[str, Any],
+    host: str = "0.0.0.0",
+    disable_log_requests: bool = True,
+    refuse_request_chat_template: bool = False,
+) -> list[str]:
     """vLLM 0.7.3 api_server arguments from the desired state (gpubox_* facts) and the role's knobs."""
     try:
-        return vllm_cmdline.vllm_args(state, host, disable_log_requests)
+        return vllm_cmdline.vllm_args(state, host, disable_log_requests, refuse_request_chat_template)
     except vllm_cmdline.VllmProfileError as exc:
         raise AnsibleFilterError(f"gpubox.gpubox.vllm_args: {exc}") from exc
 

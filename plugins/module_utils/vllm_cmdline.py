@@ -39,6 +39,9 @@ SECRET_FLAGS = frozenset(state_checks.SECRET_FLAGS)
 # specifier '%', variable '$' or ';' command separator).
 _SYSTEMD_SAFE = re.compile(r"^[A-Za-z0-9_@%+=:,./-]+$")
 _HOST = re.compile(r"^[A-Za-z0-9.:_-]{1,253}$")
+# roles/vllm_service/files/gpubox_vllm_guard.py, loaded by vLLM's own --middleware flag: it refuses a request
+# that brings its own chat template (CVE-2025-61620; roles/python_env/files/advisories.yml).
+REQUEST_TEMPLATE_GUARD = "gpubox_vllm_guard.RequestTemplateGuard"
 
 
 class VllmProfileError(ValueError):
@@ -56,12 +59,19 @@ def _text(value: Any) -> str:
     return format(value, "g") if isinstance(value, float) else str(value)
 
 
-def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_requests: bool = True) -> list[str]:
+def vllm_args(
+    state: Mapping[str, Any],
+    host: str = "0.0.0.0",
+    disable_log_requests: bool = True,
+    refuse_request_chat_template: bool = False,
+) -> list[str]:
     """Return the arguments for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.7.3).
 
     ``state`` maps gpubox_* fact names to values (the gpubox.gpubox.desired_state lookup's result, or
     the inventory's variables); every fact is checked by state_checks, the one validator, so an error
-    names the variable. ``host`` is vllm_service_host; ``disable_log_requests`` the role's knob.
+    names the variable. ``host`` is vllm_service_host; ``disable_log_requests`` the role's knob;
+    ``refuse_request_chat_template`` loads REQUEST_TEMPLATE_GUARD (the role: unless
+    vllm_service_allow_request_chat_template).
     """
     if not isinstance(state, Mapping):
         raise VllmProfileError(f"the desired state must be a mapping of gpubox_* facts, got {type(state).__name__}.")
@@ -85,6 +95,13 @@ def vllm_args(state: Mapping[str, Any], host: str = "0.0.0.0", disable_log_reque
         args.append("--enforce-eager")
     if disable_log_requests:
         args.append("--disable-log-requests")
+    if not isinstance(refuse_request_chat_template, bool):
+        raise VllmProfileError(
+            "vllm_service_allow_request_chat_template must be true or false, "
+            f"got something that renders as {refuse_request_chat_template!r}."
+        )
+    if refuse_request_chat_template:
+        args += ["--middleware", REQUEST_TEMPLATE_GUARD]
     args += _fact(state, "gpubox_vllm_extra_args")
     return args
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import vllm_args
+from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import REQUEST_TEMPLATE_GUARD, vllm_args
 from test_vllm_args import TOPOLOGIES, group_state
 
 REPO = Path(__file__).resolve().parents[2]
@@ -98,7 +98,11 @@ UNKNOWN_FLAG = "--no-such-flag-in-vllm-073"
 
 def _cases() -> dict[str, list[str]]:
     """Every command line the parser tests below hand to vLLM 0.7.3's parser, by name."""
-    cases = {f"rendered:{group}": list(vllm_args(group_state(group))) for group in TOPOLOGIES}
+    # As the role renders them by default (vllm_service_allow_request_chat_template: false): with the guard.
+    cases = {
+        f"rendered:{group}": list(vllm_args(group_state(group), refuse_request_chat_template=True))
+        for group in TOPOLOGIES
+    }
     base = cases[f"rendered:{TOPOLOGIES[0]}"]
     cases["unknown"] = [*base, UNKNOWN_FLAG]
     for flag in REFUSED_SPELLINGS:
@@ -234,6 +238,48 @@ def test_vllm_app_runs_on_the_pinned_http_stack(vllm_python: Path) -> None:
     assert out.returncode == 0, out.stderr[-3000:]
     codes = json.loads(out.stdout.strip().splitlines()[-1])
     assert codes == {"no_key": 401, "wrong_key": 401, "metrics": 200}, codes
+
+
+# Runs inside the vLLM venv: vLLM 0.7.3's own app built from the command line the role renders, with the request
+# guard (roles/vllm_service/files on PYTHONPATH, as the unit's PYTHONPATH does on the box) loaded by --middleware.
+GUARDED_APP = """
+import json, sys
+from fastapi.testclient import TestClient
+from vllm.entrypoints.openai.api_server import build_app
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils import FlexibleArgumentParser
+args = make_arg_parser(FlexibleArgumentParser()).parse_args(["--api-key", "k", *sys.argv[1:]])
+client = TestClient(build_app(args), raise_server_exceptions=False)
+key = {"Authorization": "Bearer k"}
+chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+def post(body, headers=key):
+    r = client.post("/v1/chat/completions", json=body, headers=headers)
+    return {"status": r.status_code, "body": r.text}
+print(json.dumps({
+    "template": post({**chat, "chat_template": "{{ 1 }}"}),
+    "kwargs": post({**chat, "chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
+    "no_messages": post({"model": "m"}),
+    "no_key": post(chat, headers={}),
+}))
+"""
+
+
+def test_vllm_app_loads_the_guard_and_refuses_a_request_template(vllm_python: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    env["PYTHONPATH"] = str(REPO / "roles" / "vllm_service" / "files")
+    argv = ["--middleware", REQUEST_TEMPLATE_GUARD]
+    out = subprocess.run(
+        [str(vllm_python), "-c", GUARDED_APP, *argv], capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    for case, param in (("template", "chat_template"), ("kwargs", "chat_template_kwargs.chat_template")):
+        assert got[case]["status"] == 400, got[case]
+        assert json.loads(got[case]["body"])["error"]["param"] == param, got[case]
+    # Any other body reaches vLLM whole: its own request model names the missing field (vLLM's 400, not the guard's).
+    assert got["no_messages"]["status"] == 400 and "messages" in got["no_messages"]["body"], got["no_messages"]
+    assert "request_chat_template" not in got["no_messages"]["body"]
+    assert got["no_key"]["status"] == 401, got["no_key"]  # the key check still stands behind the guard
 
 
 def test_jinja2_is_past_the_chat_template_sandbox_escape(vllm_python: Path) -> None:

@@ -137,6 +137,25 @@ def test_https_completion_with_the_key_works_from_another_host(host):
     assert body["choices"][0]["text"]
 
 
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        ({"chat_template": "{{ 'x' * 9 }}"}, "chat_template"),
+        # What vLLM 0.7.3 merges over the template: the same field one level down, with an escaped key.
+        ('{"chat_template_kwargs": {"chat\\u005ftemplate": "{{ 1 }}"}, "model": "tiny", "messages": []}',
+         "chat_template_kwargs.chat_template"),
+    ],
+)  # fmt: skip
+def test_a_request_with_its_own_chat_template_is_refused_with_json(host, body, param):
+    # roles/vllm_service/files/gpubox_vllm_guard.py (CVE-2025-61620): vLLM answers 400 before rendering anything.
+    if isinstance(body, dict):
+        body = {"model": SERVED, "messages": [{"role": "user", "content": "hi"}], "max_tokens": 2, **body}
+    result = _from(CLIENT, host, mode="request", method="POST", path="/v1/chat/completions", use_key=True, body=body)
+    assert result["status"] == 400, result
+    error = json.loads(result["body"])["error"]
+    assert error["param"] == param and "vllm_service_allow_request_chat_template" in error["message"], error
+
+
 def test_without_the_key_the_api_answers_401(host):
     assert _from(CLIENT, host, mode="request", path="/v1/models")["status"] == 401
 
