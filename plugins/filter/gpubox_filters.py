@@ -10,6 +10,8 @@
     {{ args | gpubox.gpubox.systemd_args }}               -> one ExecStart=/Environment= string
     {{ nets | gpubox.gpubox.network_errors('name') }}     -> problems of a CIDR list (or ports, port_rules) knob
     {{ nets | gpubox.gpubox.networks_by_family }}         -> {ipv4: [...], ipv6: [...]} (normalized)
+    {{ text | gpubox.gpubox.ssh_connection }}             -> {client, port} of SSH_CONNECTION, or {}
+    {{ nets | gpubox.gpubox.lockout_errors(addr, 'name') }} -> [] when nets admit the controller's address
     {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
                                                           -> what keeps a nvidia module for every kernel
 
@@ -118,6 +120,16 @@ def networks_by_family(value: Any, name: str = "networks") -> dict[str, list[str
         raise AnsibleFilterError(f"gpubox.gpubox.networks_by_family: {exc}") from exc
 
 
+def ssh_connection(value: Any) -> dict[str, Any]:
+    """{client, port} of OpenSSH's SSH_CONNECTION as the box saw it, or {} (another connection)."""
+    return net_checks.ssh_connection(value)
+
+
+def lockout_errors(value: Any, client: Any, name: str) -> list[str]:
+    """Problems of a network knob that would not admit ``client`` (the controller's address): [] when it does."""
+    return net_checks.lockout_errors(name, value, client)
+
+
 def kernel_module_plan(
     packages: Any, policy: str | None = None, secure_boot: bool = False, signed: bool = False, branch: str = "535"
 ) -> dict:
@@ -144,5 +156,7 @@ class FilterModule:
             "systemd_args": systemd_args,
             "network_errors": network_errors,
             "networks_by_family": networks_by_family,
+            "ssh_connection": ssh_connection,
+            "lockout_errors": lockout_errors,
             "kernel_module_plan": kernel_module_plan,
         }

@@ -100,3 +100,38 @@ def ports(name: str, value: Any) -> list[int]:
     if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
         raise NetworkError(f"{name} must be a list of port numbers, got {str(value)[:60]!r}: e.g. [9100]")
     return [_port(f"{name}[{index}]", item) for index, item in enumerate(value)]
+
+
+def ssh_connection(text: Any) -> dict[str, Any]:
+    """OpenSSH's SSH_CONNECTION on the box ('client address, client port, box address, box port') as
+    {'client': address, 'port': the box's port}, or {} when it is not that (another connection, or unset)."""
+    fields = str(text or "").split()
+    if len(fields) != 4 or not fields[3].isdigit():
+        return {}
+    try:
+        client = ipaddress.ip_address(fields[0].split("%", 1)[0])
+    except ValueError:
+        return {}
+    port = int(fields[3])
+    if not 1 <= port <= 65535:
+        return {}
+    mapped = getattr(client, "ipv4_mapped", None)
+    return {"client": str(mapped or client), "port": port}
+
+
+def lockout_errors(name: str, value: Any, client: Any) -> list[str]:
+    """[] when the networks ``value`` (the knob ``name``) admit ``client``, the address Ansible is connected
+    from; else one line naming the knob and the fix. Networks that do not parse are network_errors' to report."""
+    if not client:
+        return []
+    try:
+        nets = networks(name, value)
+        address = ipaddress.ip_address(str(client))
+    except (NetworkError, ValueError):
+        return []
+    if any(address in ipaddress.ip_network(net) for net in nets):
+        return []
+    return [
+        f"{name} ({', '.join(nets) or 'empty'}) does not admit {address}, the address Ansible is connected from "
+        f"(SSH_CONNECTION): the firewall would lock this controller out. Add {address} or its network to {name}."
+    ]

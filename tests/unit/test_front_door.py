@@ -226,3 +226,93 @@ def test_nftables_file_opens_each_port_to_its_networks_only() -> None:
 def test_nftables_file_has_no_front_door_port_without_a_front_door() -> None:
     conf = _render("firewall", "nftables.conf.j2", {"gpubox_front_door_enabled": False})
     assert "dport 443" not in conf and "dport 8000" not in conf
+
+
+# --------------------------------------------------------------------------- the controller's own connection
+
+
+@pytest.mark.parametrize(
+    ("text", "expect"),
+    [
+        ("192.0.2.9 51234 10.0.0.5 2222", {"client": "192.0.2.9", "port": 2222}),
+        ("2001:db8::9 51234 2001:db8::5 22", {"client": "2001:db8::9", "port": 22}),
+        ("fe80::1%eth0 51234 fe80::2%eth0 22", {"client": "fe80::1", "port": 22}),
+        ("::ffff:192.0.2.9 51234 ::ffff:10.0.0.5 22", {"client": "192.0.2.9", "port": 22}),
+        ("", {}),
+        ("192.0.2.9 51234 10.0.0.5", {}),
+        ("192.0.2.9 51234 10.0.0.5 0", {}),
+        ("192.0.2.9 51234 10.0.0.5 70000", {}),
+        ("not-an-address 51234 10.0.0.5 22", {}),
+        (None, {}),
+    ],
+)
+def test_ssh_connection_is_read_or_ignored(text: Any, expect: dict) -> None:
+    assert net_checks.ssh_connection(text) == expect
+
+
+def test_a_controller_outside_the_ssh_networks_is_named_with_the_fix() -> None:
+    assert net_checks.lockout_errors("firewall_ssh_networks", ["192.0.2.0/24"], "192.0.2.9") == []
+    assert net_checks.lockout_errors("firewall_ssh_networks", ["::/0"], "192.0.2.9") != []
+    assert net_checks.lockout_errors("firewall_ssh_networks", ["192.0.2.0/24"], "") == []  # not over SSH
+    assert net_checks.lockout_errors("firewall_ssh_networks", "bad", "192.0.2.9") == []  # network_errors says it
+    (line,) = net_checks.lockout_errors("firewall_ssh_networks", ["10.0.0.0/8", "2001:db8::/32"], "198.51.100.7")
+    assert line.startswith("firewall_ssh_networks (10.0.0.0/8, 2001:db8::/32) does not admit 198.51.100.7,")
+    assert line.endswith("Add 198.51.100.7 or its network to firewall_ssh_networks.")
+
+
+def _ssh_accepts(conf: str) -> list[str]:
+    return [line.strip() for line in conf.splitlines() if "saddr" in line and "dport" in line and "443" not in line]
+
+
+def test_the_port_this_run_came_in_on_stays_open() -> None:
+    conf = _render(
+        "firewall",
+        "nftables.conf.j2",
+        {"firewall_ssh_networks": ["192.0.2.0/24"], "__firewall_ssh_env": {"stdout": "192.0.2.9 5 10.0.0.5 2222"}},
+    )
+    assert [a for a in _ssh_accepts(conf) if "9100" not in a] == [
+        "ip saddr { 192.0.2.0/24 } tcp dport 22 accept",
+        "ip saddr { 192.0.2.0/24 } tcp dport 2222 accept",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("connection", "ports"),
+    [("ssh", ["22", "2200"]), ("ansible.builtin.ssh", ["22", "2200"]), ("containers.podman.podman", ["22"])],
+)
+def test_without_ssh_connection_ansible_port_of_an_ssh_connection_stays_open(connection: str, ports: list) -> None:
+    conf = _render(
+        "firewall",
+        "nftables.conf.j2",
+        {"firewall_ssh_networks": ["192.0.2.0/24"], "ansible_port": 2200, "ansible_connection": connection},
+    )
+    assert [a.split()[-2] for a in _ssh_accepts(conf) if "9100" not in a] == ports
+
+
+FIREWALL_PLAY = """
+- hosts: gpu-box
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: firewall
+        tasks_from: validate
+"""
+
+
+def test_a_firewall_that_would_lock_the_controller_out_is_refused_before_any_change(tmp_path: Path) -> None:
+    # The local connection hands this process's environment to the task that reads SSH_CONNECTION.
+    (tmp_path / "play.yml").write_text(FIREWALL_PLAY)
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(ROOT / "inventories" / "production")]
+    extra = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    extra["vault_gpubox_api_key"] = ansible_vars.TEST_KEY
+    argv += [str(tmp_path / "play.yml"), "-e", json.dumps({**extra, "firewall_ssh_networks": ["10.0.0.0/8"]})]
+    runs = {}
+    for client in ("10.1.2.3", "198.51.100.7"):
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+        env["SSH_CONNECTION"] = f"{client} 50000 10.0.0.5 2222"
+        runs[client] = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert runs["10.1.2.3"].returncode == 0, runs["10.1.2.3"].stdout
+    refused = runs["198.51.100.7"]
+    assert refused.returncode != 0
+    assert "firewall: 1 problem(s). Nothing was changed." in refused.stdout
+    assert "does not admit 198.51.100.7, the address Ansible is connected from" in refused.stdout
