@@ -12,6 +12,8 @@
     {{ nets | gpubox.gpubox.networks_by_family }}         -> {ipv4: [...], ipv6: [...]} (normalized)
     {{ text | gpubox.gpubox.ssh_connection }}             -> {client, port} of SSH_CONNECTION, or {}
     {{ nets | gpubox.gpubox.lockout_errors(addr, 'name') }} -> [] when nets admit the controller's address
+    {{ boot_id | gpubox.gpubox.reboot_decision(own_reasons=..., ...) }} -> the reboot gate's record
+    {{ record | gpubox.gpubox.reboot_message }}           -> the gate's one line
     {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
                                                           -> what keeps a nvidia module for every kernel
 
@@ -32,6 +34,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     model_catalog,
     net_checks,
     preflight_checks,
+    reboot_policy,
     state_checks,
     vllm_cmdline,
 )
@@ -130,6 +133,18 @@ def lockout_errors(value: Any, client: Any, name: str) -> list[str]:
     return net_checks.lockout_errors(name, value, client)
 
 
+def reboot_decision(boot_id: Any, **inputs: Any) -> dict[str, Any]:
+    """The reboot gate's record: {boot_id, reasons, decision, skip_causes, skipped_by, deferred_by, policy}."""
+    try:
+        return reboot_policy.reboot_decision(str(boot_id), **inputs)
+    except reboot_policy.RebootPolicyError as exc:
+        raise AnsibleFilterError(f"gpubox.gpubox.reboot_decision: {exc}") from exc
+
+
+def reboot_message(record: Mapping[str, Any]) -> str:
+    return reboot_policy.reboot_message(dict(record))
+
+
 def kernel_module_plan(
     packages: Any, policy: str | None = None, secure_boot: bool = False, signed: bool = False, branch: str = "535"
 ) -> dict:
@@ -158,5 +173,7 @@ class FilterModule:
             "networks_by_family": networks_by_family,
             "ssh_connection": ssh_connection,
             "lockout_errors": lockout_errors,
+            "reboot_decision": reboot_decision,
+            "reboot_message": reboot_message,
             "kernel_module_plan": kernel_module_plan,
         }
