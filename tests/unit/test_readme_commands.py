@@ -16,59 +16,13 @@ import shlex
 import shutil
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
 import yaml
+from readme_commands import readme_code
 
 ROOT = Path(__file__).resolve().parents[2]
-SECTIONS = (("README.md", "## Deploy to a real box"), ("docs/day-two.md", "## Changes to the inventory"))
-
-
-def _section(text: str, heading: str) -> str:
-    start = text.index(heading + "\n")
-    end = text.find("\n## ", start + len(heading))
-    return text[start : end if end != -1 else len(text)]
-
-
-def _blocks(section: str) -> list[list[str]]:
-    """Indented code blocks (4+ spaces more than the surrounding text), as lists of lines."""
-    blocks: list[list[str]] = []
-    current: list[str] = []
-    base = 0
-    for line in section.splitlines():
-        stripped = line.lstrip(" ")
-        indent = len(line) - len(stripped)
-        if not stripped:
-            if current:
-                blocks.append(current)
-                current = []
-            continue
-        if current and indent >= base + 4:
-            current.append(line)
-        elif not current and re.match(r"^(- |\w|\*\*)", stripped) and indent < base + 4:
-            base = indent + 2 if stripped.startswith("- ") else (base if indent > 0 else 0)
-        elif indent >= base + 4:
-            current.append(line)
-    if current:
-        blocks.append(current)
-    return [textwrap.dedent("\n".join(b)).splitlines() for b in blocks]
-
-
-def readme_code() -> tuple[list[str], list[str]]:
-    """(shell commands, YAML snippet lines) shown in the two sections."""
-    commands, snippets = [], []
-    for name, heading in SECTIONS:
-        text = (ROOT / name).read_text()
-        for block in _blocks(_section(text, heading)):
-            if ":" in block[0].split()[0]:  # a YAML snippet: `gpu-box:`
-                snippets.extend(block)
-            else:
-                commands.extend(re.sub(r"\s+#.*$", "", line).strip() for line in block)
-    return commands, snippets
-
-
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory) -> Path:
     """The README's `cp -r inventories/production inventories/mybox`, with its hosts.yml snippet applied."""
@@ -159,8 +113,23 @@ def test_every_readme_command_is_exercised(inventory):
             assert argv[1] == "create"
             target = Path(argv[2].replace("inventories/mybox", str(inventory)))
             assert target.parent.is_dir(), f"{command}: {target.parent} does not exist in the copy"
+        elif tool == "make" and argv[1] in ("verify", "lock-models"):
+            # day two: the target's playbook, on the copied inventory and the README's host, passes --syntax-check
+            makefile = (ROOT / "Makefile").read_text()
+            recipe = makefile.split(f"\n{argv[1]}: venv\n", 1)[1].split("\n", 1)[0]
+            playbook = re.search(r"playbooks/\S+\.yml", recipe).group(0)
+            args = dict(a.split("=", 1) for a in argv[2:])
+            inv = args["INVENTORY"].replace("inventories/mybox", str(inventory))
+            proc = subprocess.run(
+                [str(bindir / "ansible-playbook"), "-i", inv, playbook, "-l", args["LIMIT"], "--syntax-check"],
+                cwd=ROOT, capture_output=True, text=True, check=False,
+                env={"PATH": f"{bindir}:/usr/bin:/bin", "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+                     "HOME": str(inventory.parent)},
+            )  # fmt: skip
+            assert proc.returncode == 0, f"{command}\n{proc.stdout}{proc.stderr}"
         elif tool == "make":
             target = argv[1]
+            assert target == "plan", command
             assert re.search(rf"^{target}:", (ROOT / "Makefile").read_text(), re.M), command
             args = dict(a.split("=", 1) for a in argv[2:])
             plan = subprocess.run(
