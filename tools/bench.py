@@ -391,6 +391,14 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
                 f"- a box whose vLLM stopped without a drain (the health check took it out and back): "
                 f"requests {down['requests']}, failed {down['failed']} (bound {down['bound']}: the one in flight)"
             )
+        gpu = r.get("gpu_fault") or {}
+        if gpu:
+            lines.append(
+                f"- a box whose GPU logged a fatal Xid (79, injected into the collector's test hook): the gateway took "
+                f"it out {float(gpu['seconds_to_down']):.1f} s after its collector ran (health check every "
+                f"{gpu['check_interval_ms']} ms, down after {gpu['check_fall']} failures); requests {gpu['requests']}, "
+                f"failed {gpu['failed']} (bound {gpu['bound']})"
+            )
         turn = r.get("failed_turn") or {}
         if turn:
             lines.append(f"- rebuild with a failing box: requests {turn['requests']}, failed {turn['failed']}")

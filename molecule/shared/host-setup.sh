@@ -5,11 +5,18 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 # python3-venv: the unit tests' modelscope client venv runs as an unprivileged user, so it is built on
 # Debian's /usr/bin/python3 (a pyenv Python under /root is out of that user's reach).
-need=(podman runc mmdebstrap dpkg-dev gnupg uidmap python3-venv)
+# nginx, haproxy: tests/unit/test_front_door_live.py runs the rendered front door and gateway on loopback
+# (their services are not started here: policy-rc.d says no while they install).
+need=(podman runc mmdebstrap dpkg-dev gnupg uidmap python3-venv nginx haproxy)
 missing=()
 for p in "${need[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
+  policy=/usr/sbin/policy-rc.d
+  if [ ! -e "$policy" ]; then
+    printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod 755 "$policy"
+    trap 'rm -f "$policy"' EXIT
+  fi
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 # crun rejects the hybrid cgroup layout of these VMs -> runc. No CAP_SYS_RESOURCE -> podman's default

@@ -113,8 +113,24 @@ def _text(value) -> str:
     return "" if value is None else str(value)
 
 
-def collect(local: dict | None, planned_gpu_blocks: int | None = None, vllm_scrape: str | None = None) -> list[Metric]:
-    """The box's metrics from its local facts, the planner's block count and vLLM's own metrics text."""
+def mount_point(path: str) -> str:
+    """The mount point holding ``path`` (the nearest existing parent when it does not exist yet)."""
+    current = os.path.realpath(path or "/")
+    while not os.path.exists(current) and current != "/":
+        current = os.path.dirname(current)
+    while not os.path.ismount(current):
+        current = os.path.dirname(current)
+    return current
+
+
+def collect(
+    local: dict | None,
+    planned_gpu_blocks: int | None = None,
+    vllm_scrape: str | None = None,
+    model_root: str | None = None,
+) -> list[Metric]:
+    """The box's metrics from its local facts, the planner's block count, vLLM's own metrics text and the model
+    store's root (gpubox_model_root: its mount point, which the dashboard's disk panel joins node-exporter on)."""
     local = local if isinstance(local, dict) else {}
     driver = local.get("gpubox_driver") or {}
     cuda = local.get("gpubox_cuda") or {}
@@ -161,6 +177,15 @@ def collect(local: dict | None, planned_gpu_blocks: int | None = None, vllm_scra
                 "gpubox_kv_cache_blocks_planned",
                 "KV-cache blocks the gpubox capacity planner expects vLLM to allocate at start.",
                 planned_gpu_blocks,
+            )
+        )
+    if model_root:
+        metrics.append(
+            Metric(
+                "gpubox_model_root_info",
+                "The model store's root and the mount point holding it (node_filesystem_* of that mountpoint) (1).",
+                1,
+                labels={"path": model_root, "mountpoint": mount_point(model_root)},
             )
         )
     actual = vllm_gpu_blocks(vllm_scrape)

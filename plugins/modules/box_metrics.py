@@ -32,6 +32,11 @@ options:
   vllm_metrics:
     description: The text of vLLM's C(/metrics) (its C(vllm:cache_config_info) gives the real block count).
     type: str
+  model_root:
+    description: >-
+      gpubox_model_root; C(gpubox_model_root_info{path,mountpoint}) names the mount point holding it, which the
+      dashboard's disk panel joins C(node_filesystem_avail_bytes) on. Omit to leave the metric out.
+    type: path
   mode:
     description: Mode of the file.
     type: raw
@@ -90,6 +95,7 @@ def main() -> None:
             "local_facts": {"type": "dict", "required": True},
             "planned_gpu_blocks": {"type": "int"},
             "vllm_metrics": {"type": "str"},
+            "model_root": {"type": "path"},
             "mode": {"type": "raw", "default": "0644"},
         },
         supports_check_mode=True,
@@ -104,7 +110,9 @@ def main() -> None:
     if not os.path.isdir(directory):
         module.fail_json(msg=f"the directory of dest {dest} does not exist; create {directory} first")
     try:
-        metrics = node_textfile.collect(params["local_facts"], params["planned_gpu_blocks"], params["vllm_metrics"])
+        metrics = node_textfile.collect(
+            params["local_facts"], params["planned_gpu_blocks"], params["vllm_metrics"], params["model_root"]
+        )
         text = node_textfile.render(metrics)
     except node_textfile.MetricsError as exc:
         module.fail_json(msg=str(exc))

@@ -20,12 +20,14 @@ description:
   - With I(library=model_manifest) it writes the collection's C(model_manifest.py) instead, the
     manifest re-hash of the model store, run on the box by the optional C(gpubox-model-verify.service)
     (roles/model_store), the same code the M(gpubox.gpubox.model_verify) module runs.
+  - With I(library=gpu_metrics) it writes C(gpu_metrics.py), the parser and Prometheus renderer of the
+    box's GPU metrics collector C(gpubox-gpu-metrics) (roles/metrics).
 options:
   library:
     description:
       - Which of the collection's stdlib-only module_utils to write.
     type: str
-    choices: [gpu_parsers, model_manifest]
+    choices: [gpu_metrics, gpu_parsers, model_manifest]
     default: gpu_parsers
   dest:
     description:
@@ -83,9 +85,9 @@ import tempfile  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 # Imported so that the files travel to the host in this module's payload; their source is what is written.
-from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers, model_manifest  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_metrics, gpu_parsers, model_manifest  # noqa: E402
 
-LIBRARIES = {"gpu_parsers": gpu_parsers, "model_manifest": model_manifest}
+LIBRARIES = {"gpu_parsers": gpu_parsers, "model_manifest": model_manifest, "gpu_metrics": gpu_metrics}
 
 DEFAULT_MODE = "0644"
 

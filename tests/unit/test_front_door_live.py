@@ -25,6 +25,7 @@ import shutil
 import socket
 import ssl
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Iterator
@@ -173,11 +174,16 @@ def front_door(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterato
         "front_door_burst_per_key": 0,
         "front_door_client_max_body_size": "1k",
     }
+    # nginx's workers (nobody) test the GPU marker: a directory they can reach, as /run/gpubox-gpu-metrics (0755).
+    markers = Path(tempfile.mkdtemp(prefix="gpubox-gpu-health."))
+    markers.chmod(0o755)
+    limits["gpubox_gpu_unhealthy_file"] = str(markers / "unhealthy")
     proc, port = _start_front_door(tmp, engine, limits)
     try:
-        yield {"port": port, "dir": tmp, "engine": engine}
+        yield {"port": port, "dir": tmp, "engine": engine, "marker": markers / "unhealthy"}
     finally:
         _stop(proc)
+        shutil.rmtree(markers, ignore_errors=True)
 
 
 def _get(
@@ -207,6 +213,21 @@ def _is_openai_error(status: int, ctype: str, body: Any, code: str) -> bool:
         and isinstance(error["message"], str)
         and len(error["message"]) > 0
     )
+
+
+def test_health_is_503_json_exactly_while_the_gpu_marker_exists(front_door):
+    # roles/metrics' collector keeps the marker while the GPUs are unhealthy; the gateway checks /health.
+    marker = front_door["marker"]
+    status, _, body = _get(front_door["port"], "/health")
+    assert status == 200 and body["path"] == "/health", body  # vLLM's own answer, through the door
+    marker.write_text("Xid 79 on 0000:4b:00\n")
+    try:
+        status, ctype, body = _get(front_door["port"], "/health")
+        assert status == 503 and _is_openai_error(status, ctype, body, "unavailable"), (status, body)
+    finally:
+        marker.unlink()
+    status, _, body = _get(front_door["port"], "/health")
+    assert status == 200 and body["path"] == "/health", body
 
 
 def test_clients_behind_the_gateway_are_limited_apart_and_the_429_is_json(front_door):

@@ -124,3 +124,14 @@ def test_module_refuses_a_missing_directory(tmp_path: Path) -> None:
     args = json.dumps({"dest": str(tmp_path / "nope" / "gpubox.prom"), "local_facts": {}})
     result = run_module("gpubox.gpubox.box_metrics", args, cwd=tmp_path)
     assert result.get("failed") and "does not exist" in result["msg"]
+
+
+def test_the_model_root_names_the_mount_point_that_holds_it(tmp_path: Path) -> None:
+    # This machine's own mounts: a path that does not exist yet is held by its nearest existing parent's mount.
+    missing = tmp_path / "not" / "yet"
+    expected = node_textfile.mount_point(str(tmp_path))
+    assert os.path.ismount(expected) and str(tmp_path).startswith(expected)
+    (metric,) = [m for m in node_textfile.collect({}, model_root=str(missing)) if m.name == "gpubox_model_root_info"]
+    assert metric.labels == {"path": str(missing), "mountpoint": expected} and metric.value == 1
+    assert node_textfile.mount_point("/proc/self") == "/proc"
+    assert not [m for m in node_textfile.collect({}) if m.name == "gpubox_model_root_info"]

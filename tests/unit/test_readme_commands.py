@@ -20,9 +20,12 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from readme_commands import readme_code
 
 ROOT = Path(__file__).resolve().parents[2]
+
+
 @pytest.fixture(scope="module")
 def inventory(tmp_path_factory) -> Path:
     """The README's `cp -r inventories/production inventories/mybox`, with its hosts.yml snippet applied."""

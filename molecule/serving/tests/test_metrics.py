@@ -158,3 +158,55 @@ def test_vllms_own_metrics_and_the_systemd_collector(scrape):
     restarts = [v for n, labels, v in scrape["node"] if n == "node_systemd_service_restart_total"
                 and labels.get("name") == "vllm.service"]  # fmt: skip
     assert restarts == [0.0]
+
+
+# --- the GPUs (roles/metrics: gpubox-gpu-metrics on a timer, the replayed nvidia-smi's values) ---------------
+
+
+def test_the_gpu_metrics_of_both_gpus_are_scraped(scrape):
+    node = scrape["node"]
+    temps = {labels["gpu"]: value for name, labels, value in node if name == "gpubox_gpu_temperature_celsius"}
+    assert set(temps) == {"0", "1"} and all(value > 0 for value in temps.values()), temps
+    assert only(node, "gpubox_gpus_seen")[1] == 2 and only(node, "gpubox_gpus_expected")[1] == 2
+    assert only(node, "gpubox_gpu_collector_success")[1] == 1
+    assert only(node, "gpubox_gpu_fatal_xid_events")[1] == 0
+    names = {name for name, _, _ in node}
+    for name in (
+        "gpubox_gpu_power_draw_watts",
+        "gpubox_gpu_power_limit_watts",
+        "gpubox_gpu_sm_clock_hertz",
+        "gpubox_gpu_memory_used_bytes",
+        "gpubox_gpu_throttle_active",
+        "gpubox_gpu_pcie_link_width",
+    ):
+        assert name in names, name  # fmt: skip
+    assert "gpubox_gpu_ecc_enabled" not in names  # an RTX 3090 has no ECC: absent, not 0
+
+
+KERNEL_LOG = "/run/gpubox-sim/kernel-log"  # molecule/shared/group_vars/gpubox_sim.yml: the collector's test hook
+XID_79 = "NVRM: Xid (PCI:0000:21:00): 79, pid=2211, name=python3, GPU has fallen off the bus."
+
+
+def _collect_and_health(host) -> tuple[dict, int]:
+    host.run_expect([0], "systemctl start gpubox-gpu-metrics.service")  # one run now, as the timer's would be
+    verdict = json.loads(host.file("/run/gpubox-gpu-metrics/health.json").content_string)
+    code = host.check_output(
+        "curl -s -o /dev/null -w '%%{http_code}' --cacert %s https://127.0.0.1/health", CERT
+    )  # the gateway's check, from the box itself (loopback may ask /health)
+    return verdict, int(code)
+
+
+def test_a_fatal_xid_makes_the_box_unhealthy_until_it_is_gone(host):
+    verdict, code = _collect_and_health(host)
+    assert verdict["healthy"] and code == 200, (verdict, code)
+    host.run_expect([0], f"install -d /run/gpubox-sim && printf '%s\\n' '{XID_79}' > {KERNEL_LOG}")
+    try:
+        verdict, code = _collect_and_health(host)
+        assert not verdict["healthy"] and verdict["problems"] == ["Xid 79 on 0000:21:00"], verdict
+        assert code == 503, code
+        text = host.file("/var/lib/prometheus/node-exporter/gpubox_gpu.prom").content_string
+        assert 'gpubox_gpu_xid_events_total{bus="0000:21:00",code="79",fatal="true"} 1' in text
+    finally:
+        host.run(f"rm -f {KERNEL_LOG}")
+    verdict, code = _collect_and_health(host)
+    assert verdict["healthy"] and code == 200, (verdict, code)

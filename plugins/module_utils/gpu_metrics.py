@@ -1,0 +1,258 @@
+"""GPU metrics of a box, from `nvidia-smi --query-gpu` and the kernel log's `NVRM: Xid` lines, as Prometheus text.
+
+Pure functions on the standard library (no Ansible import), Python 3.9 like gpu_parsers.py: the box's
+collector roles/metrics/files/gpubox-gpu-metrics loads this file from /usr/local/lib/gpubox (the
+gpu_check_library module installs it there) and writes what render() returns into node-exporter's textfile
+directory; tests/unit/test_gpu_metrics.py tests it on a real H200 capture and on the derived RTX boxes.
+
+Field names are driver 535's (the pinned branch): `clocks_throttle_reasons.*` and `clocks.sm`, which driver 580
+still accepts and prints as `clocks_event_reasons.*` and `clocks.current.sm` in its header
+(tests/fixtures/nvidia-smi/_reference/h200x1: the same query under both spellings). A value the card does not
+have (`[N/A]`, `[Not Supported]`: ECC and retired pages on most GeForce cards) is left out, not written as 0.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+# (query field, metric name without the gpubox_gpu_ prefix, scale to the metric's unit, help text).
+# Throttle reasons are one metric with a reason label (THROTTLE_FIELDS), PCIe link state one with kind labels.
+GAUGES: tuple[tuple[str, str, float, str], ...] = (
+    ("temperature.gpu", "temperature_celsius", 1.0, "GPU core temperature"),
+    ("temperature.memory", "memory_temperature_celsius", 1.0, "GPU memory (HBM) temperature"),
+    ("power.draw", "power_draw_watts", 1.0, "board power draw"),
+    ("enforced.power.limit", "power_limit_watts", 1.0, "power limit the driver enforces"),
+    ("power.max_limit", "power_max_limit_watts", 1.0, "highest power limit the board allows"),
+    ("clocks.sm", "sm_clock_hertz", 1e6, "current SM clock"),
+    ("clocks.max.sm", "sm_clock_max_hertz", 1e6, "maximum SM clock"),
+    ("clocks.mem", "memory_clock_hertz", 1e6, "current memory clock"),
+    ("clocks.max.mem", "memory_clock_max_hertz", 1e6, "maximum memory clock"),
+    ("memory.used", "memory_used_bytes", 1048576.0, "framebuffer memory used"),
+    ("memory.total", "memory_total_bytes", 1048576.0, "framebuffer memory in total"),
+    ("utilization.gpu", "utilization_ratio", 0.01, "share of the last sample period a kernel ran"),
+    ("utilization.memory", "memory_utilization_ratio", 0.01, "share of the last sample period memory was busy"),
+    ("fan.speed", "fan_speed_ratio", 0.01, "fan speed, share of its maximum"),
+    ("ecc.errors.corrected.volatile.total", "ecc_corrected_errors", 1.0, "corrected ECC errors since load"),
+    ("ecc.errors.uncorrected.volatile.total", "ecc_uncorrected_errors", 1.0, "uncorrected ECC errors since load"),
+    ("retired_pages.single_bit_ecc.count", "retired_pages_single_bit", 1.0, "pages retired: single-bit"),
+    ("retired_pages.double_bit.count", "retired_pages_double_bit", 1.0, "pages retired: double-bit"),
+)  # fmt: skip
+FLAGS: tuple[tuple[str, str, str], ...] = (
+    ("persistence_mode", "persistence_mode", "1 when persistence mode is on"),
+    ("ecc.mode.current", "ecc_enabled", "1 when ECC is on (absent where the card has none)"),
+    ("retired_pages.pending", "retired_pages_pending", "1 when a retired page waits for a reset to take effect"),
+)
+THROTTLE_REASONS = (
+    "gpu_idle",
+    "applications_clocks_setting",
+    "sw_power_cap",
+    "hw_slowdown",
+    "hw_thermal_slowdown",
+    "hw_power_brake_slowdown",
+    "sw_thermal_slowdown",
+    "sync_boost",
+)
+THROTTLE_FIELDS = tuple(f"clocks_throttle_reasons.{r}" for r in THROTTLE_REASONS)
+PCIE_FIELDS = (
+    ("pcie.link.gen.current", "gen", "current"),
+    ("pcie.link.gen.max", "gen", "max"),
+    ("pcie.link.width.current", "width", "current"),
+    ("pcie.link.width.max", "width", "max"),
+)
+IDENTITY = ("index", "uuid", "name", "pci.bus_id")
+FIELDS: tuple[str, ...] = (
+    IDENTITY
+    + tuple(f for f, _, _, _ in GAUGES)
+    + tuple(f for f, _, _ in FLAGS)
+    + THROTTLE_FIELDS
+    + tuple(f for f, _, _ in PCIE_FIELDS)
+    + ("pstate",)
+)
+PREFIX = "gpubox_gpu_"
+
+# Xid codes that take a box out of the fleet by default (metrics_gpu_fatal_xids): 79 the GPU has fallen off the
+# bus, 48 a double-bit ECC error, 74 an NVLink error, 95 an uncontained ECC error (NVIDIA's Xid catalog,
+# https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), 46 the GPU stopped processing (with 48,
+# a "drain" check of https://docs.nvidia.com/health-validation/reference/checks/xid.md).
+FATAL_XIDS = (46, 48, 74, 79, 95)
+# `NVRM: Xid (PCI:0000:01:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`; older drivers print the
+# bus without `PCI:` (`NVRM: Xid (0000:01:00): 3, C 00000005 ...`). Sources in tests/unit/test_gpu_metrics.py.
+XID_LINE = re.compile(
+    r"NVRM: Xid \((?:PCI:)?(?P<bus>[0-9A-Fa-f]{4}:[0-9A-Fa-f]{2}:[0-9A-Fa-f]{2})[^)]*\): (?P<code>\d+)"
+)
+_MISSING = {"", "N/A", "[N/A]", "[Not Supported]", "Not Supported", "[Unknown Error]", "Unknown Error"}
+_MISSING |= {"[GPU is lost]", "GPU is lost"}
+
+
+class MetricsError(ValueError):
+    """nvidia-smi's answer is not what was asked for; the message says what it was."""
+
+
+def _value(text: str | None) -> str | None:
+    if text is None:
+        return None
+    text = text.strip()
+    return None if text in _MISSING else text
+
+
+def _number(text: str | None) -> float | None:
+    text = _value(text)
+    if text is None:
+        return None
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_query(text: str, fields: Sequence[str] = FIELDS) -> list[dict[str, str | None]]:
+    """Rows of `--query-gpu=<fields> --format=csv,noheader,nounits`, each a mapping field -> value (None: N/A)."""
+    rows = []
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        cells = [c.strip() for c in line.split(",")]
+        # A GPU's name has no comma in NVIDIA's product names; a row of another length is not this query's.
+        if len(cells) != len(fields):
+            raise MetricsError(
+                f"nvidia-smi line {number} has {len(cells)} values for {len(fields)} fields: {line[:200]!r}"
+            )
+        rows.append({field: _value(cell) for field, cell in zip(fields, cells)})
+    return rows
+
+
+def parse_xids(lines: Iterable[str]) -> list[tuple[str, int, float | None]]:
+    """(bus 0000:01:00, Xid code, time or None) of every `NVRM: Xid` line; with `journalctl -o short-unix` the
+    line starts with the time in seconds."""
+    out = []
+    for line in lines:
+        match = XID_LINE.search(line)
+        if not match:
+            continue
+        head = line.split(None, 1)[0] if line.strip() else ""
+        try:
+            when: float | None = float(head)
+        except ValueError:
+            when = None
+        out.append((match.group("bus").lower(), int(match.group("code")), when))
+    return out
+
+
+def _escape(value: Any) -> str:
+    return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
+
+
+def _labels(pairs: Mapping[str, Any]) -> str:
+    return "{" + ",".join(f'{k}="{_escape(v)}"' for k, v in pairs.items()) + "}"
+
+
+def _fmt(value: float) -> str:
+    return repr(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _short_bus(bus_id: str) -> str:
+    """00000000:01:00.0 -> 0000:01:00 (the form Xid lines name a GPU by)."""
+    match = re.search(r"([0-9A-Fa-f]{4,8}):([0-9A-Fa-f]{2}):([0-9A-Fa-f]{2})", bus_id or "")
+    return f"{match.group(1)[-4:]}:{match.group(2)}:{match.group(3)}".lower() if match else ""
+
+
+def render(
+    rows: Sequence[Mapping[str, str | None]],
+    expected: int,
+    xids: Sequence[tuple[str, int, float | None]] = (),
+    fatal_xids: Iterable[int] = FATAL_XIDS,
+    error: str = "",
+    now: float = 0.0,
+) -> str:
+    """The textfile: per GPU gauges (labels gpu, uuid, name, bus_id), per box counts, Xids and the collector state.
+
+    ``rows``: parse_query's; ``expected``: gpubox_gpu_count; ``xids``: parse_xids' of this boot; ``error``: why
+    nvidia-smi gave no rows ('' when it did); ``now``: the collection time (seconds since the epoch).
+    """
+    fatal = sorted({int(c) for c in fatal_xids})
+    series: dict[str, list[str]] = {}
+    helps: dict[str, tuple[str, str]] = {}
+
+    def put(name: str, labels: Mapping[str, Any], value: float, help_text: str, kind: str = "gauge") -> None:
+        full = name if name.startswith("gpubox_") else PREFIX + name
+        helps.setdefault(full, (help_text, kind))
+        series.setdefault(full, []).append(f"{full}{_labels(labels) if labels else ''} {_fmt(value)}")
+
+    for row in rows:
+        ident = {
+            "gpu": row.get("index") or "",
+            "uuid": row.get("uuid") or "",
+            "name": row.get("name") or "",
+            "bus_id": row.get("pci.bus_id") or "",
+        }
+        for field, name, scale, help_text in GAUGES:
+            number = _number(row.get(field))
+            if number is not None:
+                put(name, ident, number * scale, help_text)
+        for field, name, help_text in FLAGS:
+            text = _value(row.get(field))
+            if text is not None:
+                put(name, ident, 1 if text.lower() in ("enabled", "yes", "active", "1") else 0, help_text)
+        for reason, field in zip(THROTTLE_REASONS, THROTTLE_FIELDS):
+            text = _value(row.get(field))
+            if text is not None:
+                put(
+                    "throttle_active", {**ident, "reason": reason}, 1 if text == "Active" else 0,
+                    "1 while this clock event reason holds the clocks down (gpu_idle: nothing to run)",
+                )  # fmt: skip
+        for field, what, kind in PCIE_FIELDS:
+            number = _number(row.get(field))
+            if number is not None:
+                put(f"pcie_link_{what}", {**ident, "kind": kind}, number, f"PCIe link {what}, current and maximum")
+        pstate = _value(row.get("pstate"))
+        if pstate and re.fullmatch(r"P\d+", pstate):
+            put("pstate", ident, int(pstate[1:]), "performance state (0 fastest, 12 slowest)")
+    put("gpubox_gpus_seen", {}, len(rows), "GPUs nvidia-smi answered for (0 when it failed)")
+    put("gpubox_gpus_expected", {}, int(expected), "GPUs the inventory expects (gpubox_gpu_count)")
+    counts: dict[tuple[str, int], int] = {}
+    last: dict[str, float] = {}
+    for bus, code, when in xids:
+        counts[(bus, code)] = counts.get((bus, code), 0) + 1
+        if when is not None:
+            last[bus] = max(last.get(bus, 0.0), when)
+    for (bus, code), count in sorted(counts.items()):
+        put(
+            "xid_events_total", {"bus": bus, "code": code, "fatal": "true" if code in fatal else "false"}, count,
+            "NVRM: Xid events in the kernel log of this boot, by GPU bus and code", "counter",
+        )  # fmt: skip
+    for bus, when in sorted(last.items()):
+        put("xid_last_timestamp_seconds", {"bus": bus}, when, "time of the last Xid event of this boot")
+    fatal_seen = sum(n for (_, code), n in counts.items() if code in fatal)
+    put("fatal_xid_events", {}, fatal_seen, f"Xid events of a fatal code ({', '.join(map(str, fatal))}) this boot")
+    put("collector_success", {}, 0 if error else 1, "1 when nvidia-smi answered the query")
+    if error:
+        put("collector_error", {"error": error[:200]}, 1, "why nvidia-smi gave no answer")
+    if now:
+        put("collector_timestamp_seconds", {}, now, "when this file was written")
+    lines = []
+    for full, values in series.items():
+        help_text, kind = helps[full]
+        lines += [f"# HELP {full} {help_text}", f"# TYPE {full} {kind}", *values]
+    return "\n".join(lines) + "\n"
+
+
+def health(
+    rows: Sequence[Mapping[str, str | None]],
+    expected: int,
+    xids: Sequence[tuple[str, int, float | None]] = (),
+    fatal_xids: Iterable[int] = FATAL_XIDS,
+    error: str = "",
+) -> list[str]:
+    """Why this box should take no requests ([] when healthy): nvidia-smi failed, a GPU is missing, a fatal Xid."""
+    problems = []
+    if error:
+        problems.append(f"nvidia-smi failed: {error[:200]}")
+    elif len(rows) < int(expected):
+        problems.append(f"nvidia-smi sees {len(rows)} GPU(s), the inventory expects {expected}")
+    fatal = {int(c) for c in fatal_xids}
+    for bus, code, _ in xids:
+        if code in fatal:
+            problems.append(f"Xid {code} on {bus}")
+    return list(dict.fromkeys(problems))

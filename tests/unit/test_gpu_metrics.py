@@ -1,0 +1,169 @@
+"""plugins/module_utils/gpu_metrics.py: the GPU metrics collector's parser, renderer and health verdict.
+
+Inputs: the real H200 answer to the collector's query (tests/fixtures/nvidia-smi/_reference/h200x1), the replay
+nvidia-smi's answers for every box (the derived RTX 3090/4090 boxes too), and `NVRM: Xid` lines in the formats of
+public reports (sources beside each). promtool (Debian's prometheus package, GPUBOX_PROMTOOL) checks the rendered
+text as Prometheus reads it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_metrics
+
+ROOT = Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
+REAL = FIXTURES / "_reference" / "h200x1"
+REPLAY = ROOT / "molecule" / "shared" / "fakegpu" / "nvidia-smi"
+BOXES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
+
+# NVRM: Xid lines as public reports show them (the kernel log's own text; journalctl -o short-unix puts the time first).
+XID_LINES = {
+    # https://github.com/stas00/ml-engineering/blob/master/compute/accelerator/nvidia/debug.md
+    "row remapper (63)": "NVRM: Xid (PCI:0000:10:1c): 63, pid=1896, Row Remapper: New row marked for remapping, "
+    "reset gpu to activate.",
+    # https://gist.github.com/kohsuke/84ce815d0a8ad85ecaf6 (syslog, with the dmesg time)
+    "syslog (32)": "Dec 23 23:30:56 rescue kernel: [ 179.437933] NVRM: Xid (PCI:0000:01:00): 32, "
+    "Channel ID 00000005 intr 00008000",
+    # https://pastebin.com/xJaypMZt: an older driver, the bus without "PCI:"
+    "old format (3)": "Jan 18 11:38:05 localhost kernel: [ 269.517039] NVRM: Xid (0000:01:00): 3, "
+    "C 00000005 SC 00000007 M 00001ffc Data ffffffff",
+    # NVIDIA's Xid 79 text (https://docs.nvidia.com/deploy/xid-errors/), as journalctl -k -o short-unix prints it
+    "fallen off the bus (79)": "1764681600.123456 box kernel: NVRM: Xid (PCI:0000:4b:00): 79, pid=2211, "
+    "name=python3, GPU has fallen off the bus.",
+}  # fmt: skip
+
+
+def _real_rows() -> list[dict]:
+    assert (REAL / "fields.txt").read_text().strip() == ",".join(gpu_metrics.FIELDS), (
+        "gpu_metrics.FIELDS changed: capture collector-query.csv again on a real GPU (fixtures README)"
+    )
+    return gpu_metrics.parse_query((REAL / "collector-query.csv").read_text())
+
+
+def _replay(box: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = dict(os.environ, GPUBOX_SIM_BOX=box, GPUBOX_SIM_FIXTURES=str(FIXTURES), GPUBOX_SIM_STATE_DIR="/nonexistent")
+    return subprocess.run([sys.executable, str(REPLAY), *args], env=env, capture_output=True, text=True, check=False)
+
+
+def test_the_real_h200_answer_parses_field_by_field() -> None:
+    (row,) = _real_rows()
+    assert row["name"] == "NVIDIA H200" and row["pci.bus_id"] == "00000000:00:06.0"
+    assert row["temperature.gpu"] == "32" and row["power.draw"] == "76.79" and row["enforced.power.limit"] == "700.00"
+    assert row["clocks.sm"] == "345" and row["clocks.max.sm"] == "1980"
+    assert row["memory.total"] == "143771" and row["ecc.mode.current"] == "Enabled"
+    assert row["fan.speed"] is None and row["retired_pages.pending"] is None  # [N/A]: H200 has no fan, remaps rows
+    assert row["clocks_throttle_reasons.gpu_idle"] == "Active" and row["pstate"] == "P0"
+    assert row["pcie.link.gen.current"] == "5" and row["pcie.link.width.max"] == "16"
+
+
+def test_the_real_answer_renders_each_metric_in_its_unit() -> None:
+    text = gpu_metrics.render(_real_rows(), expected=1, now=1764681600.0)
+    ident = 'gpu="0",uuid="GPU-c93167f7-1439-8c94-a2af-3f167c9495af",name="NVIDIA H200",bus_id="00000000:00:06.0"'
+    for line in (
+        f"gpubox_gpu_temperature_celsius{{{ident}}} 32",
+        f"gpubox_gpu_power_draw_watts{{{ident}}} 76.79",
+        f"gpubox_gpu_power_limit_watts{{{ident}}} 700",
+        f"gpubox_gpu_sm_clock_hertz{{{ident}}} 345000000",
+        f"gpubox_gpu_memory_total_bytes{{{ident}}} {143771 * 1048576}",
+        f"gpubox_gpu_utilization_ratio{{{ident}}} 0",
+        f"gpubox_gpu_ecc_enabled{{{ident}}} 1",
+        f'gpubox_gpu_throttle_active{{{ident},reason="gpu_idle"}} 1',
+        f'gpubox_gpu_throttle_active{{{ident},reason="hw_slowdown"}} 0',
+        f'gpubox_gpu_pcie_link_gen{{{ident},kind="current"}} 5',
+        f'gpubox_gpu_pcie_link_width{{{ident},kind="max"}} 16',
+        f"gpubox_gpu_pstate{{{ident}}} 0",
+        "gpubox_gpus_seen 1",
+        "gpubox_gpus_expected 1",
+        "gpubox_gpu_fatal_xid_events 0",
+        "gpubox_gpu_collector_success 1",
+    ):
+        assert line in text.splitlines(), line
+    assert "gpubox_gpu_fan_speed_ratio" not in text and "gpubox_gpu_retired_pages_pending" not in text  # N/A: absent
+
+
+@pytest.mark.parametrize("box", BOXES)
+def test_every_replayed_box_answers_the_collectors_query(box: str) -> None:
+    out = _replay(box, "--query-gpu=" + ",".join(gpu_metrics.FIELDS), "--format=csv,noheader,nounits")
+    assert out.returncode == 0, out.stdout + out.stderr
+    rows = gpu_metrics.parse_query(out.stdout)
+    count = _replay(box, "--query-gpu=count", "--format=csv,noheader").stdout.splitlines()[0]
+    assert len(rows) == int(count)
+    text = gpu_metrics.render(rows, expected=len(rows))
+    assert text.count("gpubox_gpu_temperature_celsius{") == len(rows)
+    if "rtx" in box:  # GeForce: no ECC, no retired pages
+        assert "gpubox_gpu_ecc_enabled" not in text and "gpubox_gpu_retired_pages" not in text
+
+
+def test_the_replayed_header_shows_the_real_units() -> None:
+    real = (REAL / "collector-query-header.csv").read_text().splitlines()[0].split(", ")
+    replay = _replay("h200x2", "--query-gpu=" + ",".join(gpu_metrics.FIELDS), "--format=csv").stdout.splitlines()[0]
+    units = [c.split(" [", 1)[1] if " [" in c else "" for c in real]
+    assert [c.split(" [", 1)[1] if " [" in c else "" for c in replay.split(", ")] == units
+
+
+def test_a_row_of_another_length_is_refused() -> None:
+    with pytest.raises(gpu_metrics.MetricsError, match="line 1 has 2 values for"):
+        gpu_metrics.parse_query("0, GPU-x\n")
+
+
+@pytest.mark.parametrize(("name", "line"), sorted(XID_LINES.items()))
+def test_xid_lines_of_every_format_are_read(name: str, line: str) -> None:
+    ((bus, code, when),) = gpu_metrics.parse_xids([line, "NVRM: loading NVIDIA UNIX Open Kernel Module 580.159.04"])
+    assert code == int(name.rsplit("(", 1)[1].rstrip(")"))
+    assert bus in ("0000:10:1c", "0000:01:00", "0000:4b:00")
+    assert when == (1764681600.123456 if line[0].isdigit() else None)
+
+
+def test_the_real_kernel_log_has_no_xid() -> None:
+    assert gpu_metrics.parse_xids((REAL / "kernel-nvrm.txt").read_text().splitlines()) == []
+
+
+def test_xids_are_counted_by_bus_and_code_and_fatal_ones_make_the_box_unhealthy() -> None:
+    rows = gpu_metrics.parse_query(_replay("rtx3090x2-nvlink", "--query-gpu=" + ",".join(gpu_metrics.FIELDS),
+                                           "--format=csv,noheader,nounits").stdout)  # fmt: skip
+    xids = gpu_metrics.parse_xids([XID_LINES["fallen off the bus (79)"], XID_LINES["row remapper (63)"]] * 2)
+    text = gpu_metrics.render(rows, expected=2, xids=xids)
+    assert 'gpubox_gpu_xid_events_total{bus="0000:4b:00",code="79",fatal="true"} 2' in text
+    assert 'gpubox_gpu_xid_events_total{bus="0000:10:1c",code="63",fatal="false"} 2' in text
+    assert 'gpubox_gpu_xid_last_timestamp_seconds{bus="0000:4b:00"} 1764681600.123456' in text
+    assert "gpubox_gpu_fatal_xid_events 2" in text
+    assert gpu_metrics.health(rows, 2, xids) == ["Xid 79 on 0000:4b:00"]
+    assert gpu_metrics.health(rows, 2, gpu_metrics.parse_xids([XID_LINES["row remapper (63)"]])) == []
+    assert gpu_metrics.health(rows, 2, xids, fatal_xids=[63]) == ["Xid 63 on 0000:10:1c"]
+
+
+def test_a_missing_gpu_or_a_failed_query_is_unhealthy_and_said() -> None:
+    rows = _real_rows()
+    assert gpu_metrics.health(rows, 1) == []
+    assert gpu_metrics.health(rows, 2) == ["nvidia-smi sees 1 GPU(s), the inventory expects 2"]
+    failed = "exit 18: Failed to initialize NVML: Driver/library version mismatch"
+    assert gpu_metrics.health([], 2, error=failed) == [f"nvidia-smi failed: {failed}"]
+    text = gpu_metrics.render([], 2, error=failed)
+    assert "gpubox_gpus_seen 0" in text and "gpubox_gpu_collector_success 0" in text
+    assert f'gpubox_gpu_collector_error{{error="{failed}"}} 1' in text
+
+
+def test_label_values_are_escaped() -> None:
+    row = dict.fromkeys(gpu_metrics.FIELDS)
+    row.update({"index": "0", "name": 'a "b" \\ c\nd', "temperature.gpu": "40"})
+    assert 'name="a \\"b\\" \\\\ c\\nd"' in gpu_metrics.render([row], 1)
+
+
+@pytest.mark.skipif(not os.environ.get("GPUBOX_PROMTOOL") and not shutil.which("promtool"), reason="needs promtool")
+def test_promtool_reads_every_rendered_file_as_valid_metrics() -> None:
+    promtool = os.environ.get("GPUBOX_PROMTOOL") or shutil.which("promtool")
+    xids = gpu_metrics.parse_xids(XID_LINES.values())
+    for text in (
+        gpu_metrics.render(_real_rows(), 1, xids, now=1764681600.5),
+        gpu_metrics.render([], 2, error='exit 9: "NVIDIA-SMI has failed"'),
+    ):
+        out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
+        assert out.returncode == 0, out.stdout + out.stderr + text
