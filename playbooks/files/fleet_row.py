@@ -10,6 +10,7 @@ and the planned KV-cache blocks the metrics role exported (gpubox.prom in the te
 
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -57,6 +58,21 @@ def planned_blocks(textfile_dir):
     return None
 
 
+def gpu_health():
+    """healthy, or unhealthy with the problems, as the box's GPU collector last said (roles/metrics); None
+    without a collector. Its health file is where the collector's own unit writes it (--health PATH)."""
+    exec_start = run(["systemctl", "show", "gpubox-gpu-metrics.service", "-p", "ExecStart", "--value"])
+    match = re.search(r"--health (\S+)", exec_start)
+    if not match:
+        return None
+    try:
+        with open(match.group(1)) as fh:
+            verdict = json.load(fh)
+    except (OSError, ValueError):
+        return None
+    return "healthy" if verdict.get("healthy") else "unhealthy: " + "; ".join(verdict.get("problems") or [])
+
+
 def main(argv):
     textfile_dir = argv[1] if len(argv) > 1 else "/var/lib/prometheus/node-exporter"
     drv, cuda, env, model, serving, check = (
@@ -87,6 +103,7 @@ def main(argv):
         "kv_tokens_planned": None if blocks is None else blocks * int(profile.get("gpubox_block_size") or 16),
         "unit_state": unit.get("ActiveState") or None,
         "unit_restarts": unit.get("NRestarts") or None,
+        "gpu_health": gpu_health(),
     }
     print(json.dumps(row, sort_keys=True))
     return 0

@@ -30,6 +30,7 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("kv_tokens_planned", "KV tokens planned"),
     ("unit_state", "vllm unit"),
     ("unit_restarts", "NRestarts"),
+    ("gpu_health", "GPU health"),
 )
 FIELD_NAMES = tuple(field[0] for field in FIELDS)
 
