@@ -46,7 +46,7 @@ from pathlib import Path
 import yaml
 
 SSH_PORT = 2222
-USER = "operator"
+USER = "deployer"  # not "operator": Debian has a system group of that name
 INVENTORY_NAME = "gpubox-m-operator"  # README: inventories/mybox (a user's own copy stays untouched)
 SERVED = "tiny"
 # The README's placeholders, in the order they are replaced.
@@ -85,13 +85,15 @@ class Suite:
         self.step_no = 0
 
     # --- helpers -------------------------------------------------------------------------------
-    def podman(self, script: str) -> str:
+    def podman(self, script: str, what: str = "") -> str:
+        """Run ``script`` on the box (stdin: it may hold the sudo password, which no argv or message shows)."""
         proc = subprocess.run(
             ["podman", "exec", "-i", self.box, "bash", "-euo", "pipefail", "-s"],
             input=script, capture_output=True, text=True, timeout=300, check=False,
         )  # fmt: skip
         if proc.returncode != 0:
-            raise SystemExit(f"operator suite: on the box: {script.strip()[:200]}: {proc.stderr.strip()[-2000:]}")
+            said = proc.stderr.strip()[-2000:].replace(getattr(self, "sudo_password", "") or "\0", "<password>")
+            raise SystemExit(f"operator suite: on the box ({what or script.splitlines()[0][:80]}): {said}")
         return proc.stdout
 
     def note(self, line: str) -> None:
@@ -135,9 +137,10 @@ chown {USER}:{USER} /home/{USER}/.ssh/authorized_keys && chmod 600 /home/{USER}/
 printf 'Port 22\\nPort {SSH_PORT}\\n' > /etc/ssh/sshd_config.d/gpubox-operator.conf
 systemctl restart ssh
 nft delete table inet gpubox 2>/dev/null || true
-"""
+""",
+            "make the README's box: its user, sshd on a second port, no gpubox firewall",
         )
-        self.journal_cursor = self.podman("journalctl -n 0 --show-cursor | sed -n 's/^-- cursor: //p'").strip()
+        self.journal_since = self.podman("date +%s", "the box's clock").strip()  # journalctl --since @SECONDS
 
     # --- the inventory of the README ---------------------------------------------------------------
     def write_inventory_files(self, snippets: list[str], key_file: Path) -> None:
@@ -189,9 +192,15 @@ nft delete table inet gpubox 2>/dev/null || true
         subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key_file)], check=True)
         self.prepare_box(Path(f"{key_file}.pub").read_text().strip())
         self.note(f"the box: user {USER} (sudo with a password), sshd on {SSH_PORT} too, no gpubox firewall table")
-        keys = subprocess.run(
-            ["ssh-keyscan", "-p", str(SSH_PORT), self.address], capture_output=True, text=True, timeout=60, check=True
-        ).stdout
+        keys = ""
+        for _ in range(30):  # sshd was just restarted with its second port
+            scan = ["ssh-keyscan", "-p", str(SSH_PORT), self.address]
+            keys = subprocess.run(scan, capture_output=True, text=True, timeout=60, check=False).stdout
+            if keys.strip():
+                break
+            time.sleep(1)
+        if not keys.strip():
+            raise SystemExit(f"operator suite: sshd on {self.address}:{SSH_PORT} does not answer ssh-keyscan")
         (self.tmp / "known_hosts").write_text(keys)
         (self.tmp / "ssh_config").write_text(
             f"Host {self.address}\n  Port {SSH_PORT}\n  IdentityFile {key_file}\n"
@@ -266,7 +275,7 @@ nft delete table inet gpubox 2>/dev/null || true
         return re.match(r"^(sudo apt-get|python3\.\d+ -m venv|\.venv/bin/ansible-galaxy)", command) is None
 
     def after_converge(self) -> None:
-        since = f"--after-cursor={shlex.quote(self.journal_cursor)}"
+        since = f"--since=@{self.journal_since}"
         log = self.podman(f"journalctl {since} -o cat -t sshd -t sudo")
         accepted = re.search(rf"Accepted publickey for {USER} from \S+ port \d+ ssh2", log)
         self.check(accepted is not None, f"the converge came in as {USER} by key: {accepted and accepted.group(0)}")

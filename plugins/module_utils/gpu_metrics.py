@@ -224,6 +224,7 @@ def render(
         )  # fmt: skip
     for bus, when in sorted(last.items()):
         put("xid_last_timestamp_seconds", {"bus": bus}, when, "time of the last Xid event of this boot")
+    put("xid_events", {}, sum(counts.values()), "Xid events of this boot, every code (0: none)")
     fatal_seen = sum(n for (_, code), n in counts.items() if code in fatal)
     put("fatal_xid_events", {}, fatal_seen, f"Xid events of a fatal code ({', '.join(map(str, fatal))}) this boot")
     put("collector_success", {}, 0 if error else 1, "1 when nvidia-smi answered the query")

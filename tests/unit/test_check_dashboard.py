@@ -119,3 +119,20 @@ def test_unusable_inputs_exit_2(tmp_path: Path, content: str, names: str) -> Non
     (tmp_path / "d.json").write_text(content)
     (tmp_path / "n.txt").write_text(names)
     assert check_dashboard.main([str(tmp_path / "d.json"), "--names", str(tmp_path / "n.txt")]) == 2
+
+
+def test_one_box_label_joins_every_panel_and_both_scrape_jobs() -> None:
+    # node-exporter's instance is host:9100 and vLLM's host:443: the dashboard selects a box by the `box` label
+    # both jobs get from the target's host (roles/metrics/files/prometheus/prometheus.yml relabel_configs).
+    import yaml
+
+    prom = yaml.safe_load((ROOT / "roles" / "metrics" / "files" / "prometheus" / "prometheus.yml").read_text())
+    for job in prom["scrape_configs"]:
+        (rule,) = job["relabel_configs"]
+        assert rule == {"source_labels": ["__address__"], "regex": "(.+):[0-9]+", "target_label": "box"}, job
+    board = json.loads(DASHBOARD.read_text())
+    (var,) = [v for v in board["templating"]["list"] if v.get("type") == "query"]
+    assert var["name"] == "box" and var["definition"] == "label_values(gpubox_info, box)"
+    exprs = [t["expr"] for p in board["panels"] for t in p.get("targets", [])]
+    assert exprs and all('box=~"$box"' in e for e in exprs), [e for e in exprs if 'box=~"$box"' not in e]
+    assert not any("$instance" in e or 'mountpoint="/data/models"' in e for e in exprs)

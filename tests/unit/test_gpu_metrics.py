@@ -83,6 +83,7 @@ def test_the_real_answer_renders_each_metric_in_its_unit() -> None:
         "gpubox_gpus_seen 1",
         "gpubox_gpus_expected 1",
         "gpubox_gpu_fatal_xid_events 0",
+        "gpubox_gpu_xid_events 0",
         "gpubox_gpu_collector_success 1",
     ):
         assert line in text.splitlines(), line

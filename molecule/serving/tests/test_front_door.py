@@ -263,6 +263,7 @@ def test_the_key_is_in_no_nginx_file_or_log(host):
         assert key not in text, f"the API key appears in nginx's {where}"
     assert key not in host.check_output("ps -eo args")
     assert host.file("/etc/gpubox/front-door/tls.key").mode == 0o600
+    assert host.file("/etc/gpubox/front-door/tls.key").user == "root"
 
 
 # --- rate limits (last: their bursts fill the zones) ------------------------------------------------------
