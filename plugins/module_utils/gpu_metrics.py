@@ -64,10 +64,10 @@ PCIE_FIELDS = (
 IDENTITY = ("index", "uuid", "name", "pci.bus_id")
 FIELDS: tuple[str, ...] = (
     IDENTITY
-    + tuple(f for f, _, _, _ in GAUGES)
-    + tuple(f for f, _, _ in FLAGS)
+    + tuple(gauge[0] for gauge in GAUGES)
+    + tuple(flag[0] for flag in FLAGS)
     + THROTTLE_FIELDS
-    + tuple(f for f, _, _ in PCIE_FIELDS)
+    + tuple(pcie[0] for pcie in PCIE_FIELDS)
     + ("pstate",)
 )
 PREFIX = "gpubox_gpu_"
@@ -225,7 +225,7 @@ def render(
     for bus, when in sorted(last.items()):
         put("xid_last_timestamp_seconds", {"bus": bus}, when, "time of the last Xid event of this boot")
     put("xid_events", {}, sum(counts.values()), "Xid events of this boot, every code (0: none)")
-    fatal_seen = sum(n for (_, code), n in counts.items() if code in fatal)
+    fatal_seen = sum(n for (_bus, code), n in counts.items() if code in fatal)
     put("fatal_xid_events", {}, fatal_seen, f"Xid events of a fatal code ({', '.join(map(str, fatal))}) this boot")
     put("collector_success", {}, 0 if error else 1, "1 when nvidia-smi answered the query")
     if error:
@@ -253,7 +253,7 @@ def health(
     elif len(rows) < int(expected):
         problems.append(f"nvidia-smi sees {len(rows)} GPU(s), the inventory expects {expected}")
     fatal = {int(c) for c in fatal_xids}
-    for bus, code, _ in xids:
+    for bus, code, _when in xids:
         if code in fatal:
             problems.append(f"Xid {code} on {bus}")
     return list(dict.fromkeys(problems))
