@@ -33,8 +33,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pty
 import re
 import secrets
+import select
 import shlex
 import shutil
 import subprocess
@@ -104,14 +106,38 @@ class Suite:
         self.note(("ok   " if ok else "FAIL ") + what)
         self.failures += 0 if ok else 1
 
-    def run(self, label: str, command: str, expect_rc: int | None = 0) -> subprocess.CompletedProcess[str]:
-        """Run one README command (a shell line) from the checkout; its output goes to --out/NN-label.log."""
+    def run(
+        self, label: str, command: str, expect_rc: int | None = 0, tty: bool = False
+    ) -> subprocess.CompletedProcess[str]:
+        """Run one README command (a shell line) from the checkout; its output goes to --out/NN-label.log.
+        ``tty``: on a pseudo-terminal, as a person's shell is (`ansible-vault create` opens an editor only there)."""
         self.step_no += 1
         started = time.monotonic()
-        proc = subprocess.run(
-            ["bash", "-o", "pipefail", "-c", command], cwd=self.project, env=self.env, capture_output=True,
-            text=True, timeout=1800, check=False,
-        )  # fmt: skip
+        if tty:
+            main_fd, term_fd = pty.openpty()
+            try:
+                done = subprocess.run(
+                    ["bash", "-o", "pipefail", "-c", command], cwd=self.project, env=self.env, stdin=term_fd,
+                    stdout=term_fd, stderr=term_fd, timeout=600, check=False,
+                )  # fmt: skip
+            finally:
+                os.close(term_fd)
+            said = b""
+            while select.select([main_fd], [], [], 0.2)[0]:
+                try:
+                    chunk = os.read(main_fd, 65536)
+                except OSError:
+                    break
+                if not chunk:
+                    break
+                said += chunk
+            os.close(main_fd)
+            proc = subprocess.CompletedProcess(done.args, done.returncode, said.decode(errors="replace"), "")
+        else:
+            proc = subprocess.run(
+                ["bash", "-o", "pipefail", "-c", command], cwd=self.project, env=self.env, capture_output=True,
+                text=True, timeout=1800, check=False,
+            )  # fmt: skip
         log = self.out / f"{self.step_no:02d}-{label}.log"
         log.write_text(f"$ {command}\n{proc.stdout}\n--- stderr\n{proc.stderr}")
         took = time.monotonic() - started
@@ -242,7 +268,7 @@ nft delete table inet gpubox 2>/dev/null || true
                 self.env[name] = str(path)
                 self.note(f"ok   {name} is a 0600 file of the vault password ({line})")
             elif tool == "ansible-vault":
-                self.run("vault-create", line)
+                self.run("vault-create", line, tty=True)
                 text = (self.inventory / "group_vars" / "all.yml").read_text()
                 self.check(text.startswith("$ANSIBLE_VAULT;"), "group_vars/all.yml is encrypted")
             elif tool == "scp":
