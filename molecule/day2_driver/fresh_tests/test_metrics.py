@@ -62,7 +62,10 @@ def test_textfile_written_whole_by_root(host):
     prom = host.file("/var/lib/prometheus/node-exporter/gpubox.prom")
     assert prom.user == "root" and prom.mode == 0o644
     leftovers = host.check_output("ls -A /var/lib/prometheus/node-exporter").split()
-    assert leftovers == ["gpubox.prom"], leftovers
+    # gpubox.prom (box_metrics) and gpubox_gpu.prom (the GPU collector), each renamed into place: no temp file.
+    assert sorted(leftovers) == ["gpubox.prom", "gpubox_gpu.prom"], leftovers
+    gpu = host.file("/var/lib/prometheus/node-exporter/gpubox_gpu.prom")
+    assert gpu.user == "root" and gpu.mode == 0o644
 
 
 def test_gpubox_info_from_the_roles_facts(scrape):
