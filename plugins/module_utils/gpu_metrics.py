@@ -165,11 +165,15 @@ def render(
     fatal_xids: Iterable[int] = FATAL_XIDS,
     error: str = "",
     now: float = 0.0,
+    memory_share: float | None = None,
+    p2p_enabled: bool | None = None,
 ) -> str:
     """The textfile: per GPU gauges (labels gpu, uuid, name, bus_id), per box counts, Xids and the collector state.
 
     ``rows``: parse_query's; ``expected``: gpubox_gpu_count; ``xids``: parse_xids' of this boot; ``error``: why
-    nvidia-smi gave no rows ('' when it did); ``now``: the collection time (seconds since the epoch).
+    nvidia-smi gave no rows ('' when it did); ``now``: the collection time (seconds since the epoch);
+    ``memory_share``: the fraction of each GPU's memory vLLM is planned to take (gpubox_gpu_memory_utilization),
+    left out when None; ``p2p_enabled``: the last GPU check's peer-to-peer verdict, left out when unknown.
     """
     fatal = sorted({int(c) for c in fatal_xids})
     series: dict[str, list[str]] = {}
@@ -211,6 +215,13 @@ def render(
             put("pstate", ident, int(pstate[1:]), "performance state (0 fastest, 12 slowest)")
     put("gpubox_gpus_seen", {}, len(rows), "GPUs nvidia-smi answered for (0 when it failed)")
     put("gpubox_gpus_expected", {}, int(expected), "GPUs the inventory expects (gpubox_gpu_count)")
+    if memory_share is not None:
+        put(
+            "memory_planned_share", {}, float(memory_share),
+            "fraction of each GPU's memory vLLM is planned to take (gpubox_gpu_memory_utilization)",
+        )  # fmt: skip
+    if p2p_enabled is not None:
+        put("p2p_enabled", {}, 1 if p2p_enabled else 0, "the last GPU check's peer-to-peer verdict (1: enabled)")
     counts: dict[tuple[str, int], int] = {}
     last: dict[str, float] = {}
     for bus, code, when in xids:

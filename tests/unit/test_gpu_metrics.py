@@ -8,6 +8,7 @@ text as Prometheus reads it.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -168,3 +169,53 @@ def test_promtool_reads_every_rendered_file_as_valid_metrics() -> None:
     ):
         out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
         assert out.returncode == 0, out.stdout + out.stderr + text
+
+
+def test_the_planned_share_and_the_p2p_verdict_are_exported_only_when_known() -> None:
+    rows = _real_rows()
+    text = gpu_metrics.render(rows, 1, memory_share=0.9, p2p_enabled=False).splitlines()
+    assert "gpubox_gpu_memory_planned_share 0.9" in text and "gpubox_gpu_p2p_enabled 0" in text
+    assert "gpubox_gpu_p2p_enabled 1" in gpu_metrics.render(rows, 1, p2p_enabled=True).splitlines()
+    bare = gpu_metrics.render(rows, 1)
+    assert "gpubox_gpu_memory_planned_share" not in bare and "gpubox_gpu_p2p_enabled" not in bare
+
+
+COLLECTOR = ROOT / "roles" / "metrics" / "files" / "gpubox-gpu-metrics"
+
+
+@pytest.mark.parametrize(
+    ("state", "line"),
+    [
+        ({"decision": {"p2p_enabled": True, "pairs": [], "reasons": []}}, "gpubox_gpu_p2p_enabled 1"),
+        ({"decision": {"p2p_enabled": False, "pairs": [], "reasons": ["ACS"]}}, "gpubox_gpu_p2p_enabled 0"),
+        ({"decision": {"p2p_enabled": "yes"}}, None),  # not a verdict: left out
+        ({"decision": None}, None),
+        ([1, 2], None),
+        ("{not json", None),
+        (None, None),  # the GPU check has not run: no file
+    ],
+)
+def test_the_collector_exports_the_gpu_checks_verdict(tmp_path: Path, state: object, line: str | None) -> None:
+    smi = tmp_path / "nvidia-smi"
+    smi.write_text(
+        f"#!/bin/sh\nGPUBOX_SIM_BOX=rtx3090x2-pcie GPUBOX_SIM_FIXTURES={FIXTURES} GPUBOX_SIM_STATE_DIR=/nonexistent "
+        f'exec {sys.executable} {REPLAY} "$@"\n'
+    )
+    smi.chmod(0o755)
+    check = tmp_path / "gpu-check.json"
+    if isinstance(state, str):
+        check.write_text(state)
+    elif state is not None:
+        check.write_text(json.dumps(state))
+    argv = [
+        sys.executable, str(COLLECTOR), "--lib", str(ROOT / "plugins" / "module_utils"), "--nvidia-smi", str(smi),
+        "--expected", "2", "--out", str(tmp_path / "gpubox_gpu.prom"), "--health", str(tmp_path / "health.json"),
+        "--unhealthy", str(tmp_path / "unhealthy"), "--state-dir", str(tmp_path), "--gpu-check-state", str(check),
+        "--memory-share", "0.92",
+    ]  # fmt: skip
+    out = subprocess.run(argv, capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    text = (tmp_path / "gpubox_gpu.prom").read_text().splitlines()
+    assert "gpubox_gpu_memory_planned_share 0.92" in text and "gpubox_gpus_seen 2" in text
+    assert [x for x in text if x.startswith("gpubox_gpu_p2p_enabled ")] == ([line] if line else [])
+    assert json.loads((tmp_path / "health.json").read_text())["healthy"] is True

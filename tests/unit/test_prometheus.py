@@ -38,7 +38,7 @@ def test_scrape_config_is_valid(promtool: str) -> None:
 def test_alert_rules_are_valid(promtool: str) -> None:
     proc = run(promtool, "check", "rules", "gpubox-alerts.yml")
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "SUCCESS: 14 rules found" in proc.stdout
+    assert "SUCCESS: 15 rules found" in proc.stdout
 
 
 def test_alert_unit_tests_pass(promtool: str) -> None:
@@ -50,7 +50,7 @@ def test_every_alert_has_a_unit_test() -> None:
     rules = (PROM_DIR / "gpubox-alerts.yml").read_text()
     tests = (PROM_DIR / "gpubox-alerts.test.yml").read_text()
     names = [line.split(":", 1)[1].strip() for line in rules.splitlines() if line.strip().startswith("- alert:")]
-    assert len(names) == 14  # 7 of the box and the model, 7 of its GPUs
+    assert len(names) == 15  # 7 of the box and the model, 8 of its GPUs
     for name in names:
         assert f"alertname: {name}" in tests, f"{name} has no promtool unit test"
 
@@ -66,3 +66,16 @@ def test_unit_tests_catch_a_loosened_threshold(promtool: str, tmp_path: Path) ->
     proc = run(promtool, "test", "rules", "gpubox-alerts.test.yml", cwd=tmp_path)
     assert proc.returncode != 0
     assert "GpuboxKvCacheOffPlan" in proc.stdout + proc.stderr
+
+
+def test_the_memory_alert_follows_the_planned_share(promtool: str, tmp_path: Path) -> None:
+    # A fixed threshold in place of vLLM's planned share: the tests fail.
+    for name in ("gpubox-alerts.yml", "gpubox-alerts.test.yml"):
+        shutil.copy(PROM_DIR / name, tmp_path / name)
+    rules = tmp_path / "gpubox-alerts.yml"
+    text = rules.read_text()
+    share = "> on (instance) group_left () (gpubox_gpu_memory_planned_share + 0.03)"
+    assert share in text
+    rules.write_text(text.replace(share, "> 0.98"))
+    proc = run(promtool, "test", "rules", "gpubox-alerts.test.yml", cwd=tmp_path)
+    assert proc.returncode != 0 and "GpuboxGpuMemoryBeyondPlan" in proc.stdout + proc.stderr
