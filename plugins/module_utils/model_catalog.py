@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import vllm_words
 
 # Fields that must agree between a catalog entry and the downloaded config.json.
 CONFIG_FIELDS = (
@@ -150,6 +150,17 @@ INVENTORY_OPTIONAL = (
     "kv_lora_rank",
     "weights_source",
 )
+# config.json keys that mean a mixture-of-experts model (Mixtral: num_local_experts; Qwen-MoE: num_experts,
+# moe_intermediate_size; DeepSeek: n_routed_experts; all of them num_experts_per_tok): its MLP is many experts,
+# not one intermediate_size, and the planner refuses it by name (capacity_planner).
+MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
+
+
+def moe_keys(config: dict[str, Any]) -> list[str]:
+    """The mixture-of-experts keys a config (or gpubox_model_config) sets; a dense model's 0 or null is none."""
+    return [k for k in MOE_KEYS if config.get(k) is not None and config.get(k) != 0]
+
+
 # Attention layouts (capacity_planner.ATTENTION_KINDS): the planner models "full" and refuses the others.
 ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
 # The dtypes the capacity planner knows (capacity_planner.DTYPE_BYTES).
@@ -198,6 +209,13 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"{name} keys must be config.json names (strings), got {', '.join(repr(k) for k in odd[:3])}: "
             f"use only {', '.join(INVENTORY_REQUIRED + INVENTORY_OPTIONAL)}"
         )
+    moe = moe_keys(facts)
+    if moe:
+        raise ValueError(
+            f"{name}: {model_id} is a mixture-of-experts model ({', '.join(moe)}): the capacity planner does not "
+            "model experts (their weights and MLP activations are not one intermediate_size) and cannot plan "
+            "it; serve a dense model, or size this one from vLLM's own start-up log"
+        )
     missing = [key for key in INVENTORY_REQUIRED if facts.get(key) is None]
     if missing:
         raise ValueError(
@@ -244,9 +262,9 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"(as in {model_id}'s config.json)"
         )
     quantization = facts.get("quantization")
-    if quantization is not None and quantization not in state_checks.QUANTIZATIONS:
+    if quantization is not None and quantization not in vllm_words.QUANTIZATIONS:
         raise ValueError(
-            f"{name}: quantization must be null or a vLLM 0.7.3 method ({', '.join(state_checks.QUANTIZATIONS)}), "
+            f"{name}: quantization must be null or a vLLM 0.7.3 method ({', '.join(vllm_words.QUANTIZATIONS)}), "
             f"got {quantization!r}"
         )
     if not isinstance(facts["torch_dtype"], str) or facts["torch_dtype"].lower() not in _DTYPES:
@@ -353,6 +371,12 @@ def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[s
     if not isinstance(config, dict):
         raise TypeError(f"config.json must be a mapping, got {type(config).__name__}")
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
+    moe = moe_keys(text)
+    if moe:
+        raise ValueError(
+            f"config.json describes a mixture-of-experts model ({', '.join(moe)}): the capacity planner does not "
+            "model experts and cannot plan it; size it from vLLM's own start-up log"
+        )
     missing = [k for k in CONFIG_FIELDS if k not in text and k != "torch_dtype"]
     if missing:
         raise ValueError(f"config.json lacks {', '.join(missing)}: not a decoder model the planner knows")

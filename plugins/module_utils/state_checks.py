@@ -23,37 +23,14 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-# --------------------------------------------------------------------------- vLLM 0.7.3 vocabulary
-# Choices of vLLM 0.7.3's own argument parser (vllm/engine/arg_utils.py, EngineArgs.add_cli_args;
-# quantization: vllm/model_executor/layers/quantization/__init__.py QUANTIZATION_METHODS).
-# tests/vllm073/test_parser.py compares these with the real parser's choices.
-DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")
-BLOCK_SIZES = (8, 16, 32)  # the CLI also lists 64/128; CUDA's paged attention supports up to 32
-QUANTIZATIONS = (
-    "aqlm",
-    "awq",
-    "deepspeedfp",
-    "tpu_int8",
-    "fp8",
-    "fbgemm_fp8",
-    "modelopt",
-    "marlin",
-    "gguf",
-    "gptq_marlin_24",
-    "gptq_marlin",
-    "awq_marlin",
-    "gptq",
-    "compressed-tensors",
-    "bitsandbytes",
-    "qqq",
-    "hqq",
-    "experts_int8",
-    "neuron_quant",
-    "ipex",
-    "quark",
-    "moe_wna16",
-    "ptpc_fp8",
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, net_checks
+
+# vLLM 0.7.3's vocabulary, from a leaf module (tests/unit/test_imports.py walks the imports: no cycle).
+from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import (
+    BLOCK_SIZES,
+    DTYPES,
+    KV_CACHE_DTYPES,
+    QUANTIZATIONS,
 )
 
 # The flags gpubox renders from facts (plugins/module_utils/vllm_cmdline.py), and what sets each.
@@ -312,8 +289,6 @@ def _api_key(name: str, value: Any) -> str:
 
 
 def _model_config(name: str, value: Any) -> dict[str, Any]:
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
-
     if not isinstance(value, Mapping):
         raise _Bad(f"{name} must be a mapping of config.json facts (or null for a catalog model), got {_short(value)}")
     try:
@@ -323,8 +298,6 @@ def _model_config(name: str, value: Any) -> dict[str, Any]:
 
 
 def _networks(name: str, value: Any) -> list[str]:
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import net_checks
-
     try:
         return net_checks.networks(name, value)
     except net_checks.NetworkError as exc:
