@@ -90,7 +90,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, vllm_words
 
 GIB = 1024**3
 MIB = 1024**2
@@ -119,8 +119,8 @@ DEFAULT_RESERVED_MIB = 450
 # vLLM 0.7.3 facts.
 DEFAULT_MAX_NUM_SEQS = 256
 DEFAULT_BLOCK_SIZE = 16
-CUDA_BLOCK_SIZES = (8, 16, 32)  # the CLI accepts 64/128 too, but CUDA supports only up to 32
-KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e4m3", "fp8_e5m2")
+CUDA_BLOCK_SIZES = vllm_words.BLOCK_SIZES
+KV_CACHE_DTYPES = vllm_words.KV_CACHE_DTYPES
 CHUNKED_PREFILL_AUTO_ABOVE = 32768
 CHUNKED_PREFILL_BATCHED_TOKENS = 2048
 MIN_BATCHED_TOKENS = 2048
@@ -129,18 +129,21 @@ MIN_BATCHED_TOKENS = 2048
 UTILIZATION_WARN_AT = 0.95
 KV_MARGIN_WARN_GIB = 1.0
 
-DTYPE_BYTES = {
-    "bfloat16": 2,
-    "float16": 2,
-    "half": 2,
-    "bf16": 2,
-    "fp16": 2,
-    "float32": 4,
-    "float": 4,
-    "fp8": 1,
-    "fp8_e4m3": 1,
-    "fp8_e5m2": 1,
-}
+# A model's own dtype (config.json's torch_dtype, vLLM 0.7.3's --dtype): vLLM 0.7.3 takes auto, half, float16,
+# bfloat16, float and float32 (vllm/engine/arg_utils.py); bf16/fp16 are the spellings some configs use. fp8 is
+# a KV-cache dtype or a quantization, never a model dtype: an fp8 checkpoint says so in its quantization_config.
+MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "bf16": 2, "fp16": 2, "float32": 4, "float": 4}
+KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+DTYPE_BYTES = {**MODEL_DTYPE_BYTES, **KV_DTYPE_BYTES}
+
+# The largest value the planner takes for each kind of number (beyond these, nothing real and the float
+# arithmetic overflows): config.json's integers (hidden sizes, vocab, 10M-token contexts fit), weight bytes
+# (a PiB), MiB per GPU (16 TiB), GPUs and parallel sizes, and the serving limits.
+MAX_CONFIG_INT = 2**24
+MAX_WEIGHTS_BYTES = 2**50
+MAX_GPU_MIB = 2**24
+MAX_GPUS = 64
+MAX_SERVING_INT = 2**26
 
 # One table from the planner's input keys to the inventory variables (group_vars) that set them.
 INVENTORY_NAMES = {
@@ -232,13 +235,32 @@ class _Collector:
     def __init__(self) -> None:
         self.errors: list[str] = []
 
-    def int_at_least(self, section: dict, section_name: str, key: str, minimum: int, hint: str) -> int:
+    def int_at_least(
+        self, section: dict, section_name: str, key: str, minimum: int, hint: str, maximum: int = MAX_SERVING_INT
+    ) -> int:
         value = section.get(key)
         name = var(f"{section_name}.{key}")
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            self.errors.append(f"{name} must be an integer >= {minimum}, got {value!r}: {hint}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= maximum:
+            self.errors.append(f"{name} must be an integer from {minimum} to {maximum:,}, got {_shown(value)}: {hint}")
             return minimum
         return value
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: its repr, cut short (an input may be a 400-digit number or a long string)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
+        return f"an integer of {value.bit_length()} bits"  # str() of a huge int raises beyond 4300 digits
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _number_in(value: Any, low: float, high: float, low_open: bool = True) -> bool:
+    """A real, finite number (not a bool) in (low, high] (or [low, high] when not ``low_open``)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return (value > low if low_open else value >= low) and value <= high
 
 
 def inventory_inputs(inventory: dict[str, Any]) -> tuple[dict, dict]:
@@ -256,37 +278,58 @@ def inventory_inputs(inventory: dict[str, Any]) -> tuple[dict, dict]:
     return gpu, serving
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
+def _positive_int(value: Any, maximum: int = MAX_CONFIG_INT) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= maximum
 
 
 def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
     # The integer facts of a model: config.json's fields plus the weight files' size (model_catalog).
+    named = f"{var('model')} {model['model_id']}" if isinstance(model.get("model_id"), str) else var("model")
+    moe = model_catalog.moe_keys(model)
+    if moe:
+        errors.append(
+            f"{named}: a mixture-of-experts model ({', '.join(moe)} in its "
+            "config): the planner does not model its experts' weights and MLP activations (they are not one "
+            "intermediate_size) and refuses to plan rather than print a wrong budget. Serve a dense model, or "
+            "size this one from vLLM's own start-up log"
+        )
+        return None
     required = tuple(k for k in model_catalog.INVENTORY_REQUIRED if k != "torch_dtype")
-    bad = [k for k in required if not _positive_int(model.get(k))]
+    limits = {"weights_bytes": MAX_WEIGHTS_BYTES}
+    bad = [k for k in required if not _positive_int(model.get(k), limits.get(k, MAX_CONFIG_INT))]
+    head_dim = model.get("head_dim")
+    if head_dim is not None and not _positive_int(head_dim):
+        bad.append("head_dim")
     if bad:
         errors.append(
-            f"{var('model')}: model facts {', '.join(bad)} missing or not positive integers; "
+            f"{var('model')}: model facts {', '.join(bad)} missing or not positive integers (at most "
+            f"{MAX_CONFIG_INT:,}, weights_bytes {MAX_WEIGHTS_BYTES:,}); "
             "use a model from the catalog (gpubox_models) or give its config.json values"
         )
         return None
-    dtype = str(model.get("torch_dtype") or "").lower()
-    if dtype not in DTYPE_BYTES:
+    raw_dtype = model.get("torch_dtype")
+    dtype = raw_dtype.lower() if isinstance(raw_dtype, str) else ""
+    if dtype not in MODEL_DTYPE_BYTES:
+        hint = (
+            "fp8 is a KV-cache dtype (gpubox_kv_cache_dtype) or a quantization, not a model dtype; "
+            if dtype in KV_DTYPE_BYTES
+            else ""
+        )
         errors.append(
-            f"{var('model.torch_dtype')} must be one of bfloat16, float16, float32, got {dtype or None!r}: "
-            "set it to the model's torch_dtype from config.json"
+            f"{var('model.torch_dtype')} must be one of bfloat16, float16, float32 (vLLM 0.7.3's --dtype), got "
+            f"{_shown(raw_dtype)}: {hint}set it to the model's torch_dtype from config.json"
         )
         return None
-    attention = model.get("attention") or "full"
+    attention = "full" if model.get("attention") is None else model.get("attention")
     if attention not in ATTENTION_KINDS:
         errors.append(
-            f"{var('model')}: attention must be one of {', '.join(ATTENTION_KINDS)}, got {attention!r}: "
+            f"{var('model')}: attention must be one of {', '.join(ATTENTION_KINDS)}, got {_shown(attention)}: "
             "fix gpubox_model_config (or the catalog entry)"
         )
         return None
     if attention != "full":
         errors.append(
-            f"{var('model')} {model.get('model_id') or ''}: the planner does not model its attention "
+            f"{named}: the planner does not model its attention "
             f"({attention}, from gpubox_model_config or the catalog): {_UNMODELLED_ATTENTION[attention]}; "
             "it refuses to plan rather than print a wrong KV cache. Serve a model with full attention, "
             "or size this one from vLLM's own start-up log"
@@ -294,6 +337,12 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
         return None
     head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
     quantization = model.get("quantization")
+    if quantization is not None and quantization not in vllm_words.QUANTIZATIONS:
+        errors.append(
+            f"{var('model.quantization')} must be null or a vLLM 0.7.3 method, got {_shown(quantization)}: "
+            "use the quant_method of the checkpoint's quantization_config (e.g. awq, gptq, bitsandbytes)"
+        )
+        return None
     facts = ModelFacts(
         layers=model["num_hidden_layers"],
         heads=model["num_attention_heads"],
@@ -302,7 +351,7 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
         intermediate=model["intermediate_size"],
         vocab=model["vocab_size"],
         head_dim=int(head_dim),
-        dtype_bytes=DTYPE_BYTES[dtype],
+        dtype_bytes=MODEL_DTYPE_BYTES[dtype],
         max_position_embeddings=model["max_position_embeddings"],
         weights_bytes=model["weights_bytes"],
         quantization=quantization,
@@ -323,7 +372,7 @@ def linear_params(model: ModelFacts) -> int:
 
 def _checkpoint_weights(model: ModelFacts, source: Any, errors: list[str]) -> tuple[int | None, str]:
     """The bytes vLLM loads, and where the figure comes from (see the module docstring)."""
-    stated = str(source) if source else "weights_bytes: the checkpoint's weight files"
+    stated = source if isinstance(source, str) and source else "weights_bytes: the checkpoint's weight files"
     method = model.quantization
     unquantized_linear = linear_params(model) * model.dtype_bytes
     if method == "bitsandbytes" and model.weights_bytes >= unquantized_linear:
@@ -345,28 +394,29 @@ def _checkpoint_weights(model: ModelFacts, source: Any, errors: list[str]) -> tu
 
 def _gpu_facts(gpu: dict, errors: list[str]) -> GpuFacts | None:
     col = _Collector()
-    count = col.int_at_least(gpu, "gpu", "count", 1, "set it to the number of GPUs in the box")
+    count = col.int_at_least(gpu, "gpu", "count", 1, "set it to the number of GPUs in the box", MAX_GPUS)
     total = gpu.get("memory_total_mib")
-    if isinstance(total, bool) or not isinstance(total, (int, float)) or total <= 0:
+    if not _number_in(total, 0, MAX_GPU_MIB):
         col.errors.append(
-            f"{var('gpu.memory_total_mib')} must be a positive number of MiB per GPU, got {total!r}: "
-            "use nvidia-smi's memory.total (e.g. 24576 for an RTX 3090)"
+            f"{var('gpu.memory_total_mib')} must be a positive number of MiB per GPU (at most {MAX_GPU_MIB:,}), "
+            f"got {_shown(total)}: use nvidia-smi's memory.total (e.g. 24576 for an RTX 3090)"
         )
     reserved = gpu.get("memory_reserved_mib", DEFAULT_RESERVED_MIB)
     if reserved is None:
         reserved = DEFAULT_RESERVED_MIB
-    if isinstance(reserved, bool) or not isinstance(reserved, (int, float)) or reserved < 0:
-        col.errors.append(f"gpu memory_reserved_mib must be a number >= 0, got {reserved!r}")
+    if not _number_in(reserved, 0, MAX_GPU_MIB, low_open=False):
+        col.errors.append(f"gpu memory_reserved_mib must be a number from 0 to {MAX_GPU_MIB:,}, got {_shown(reserved)}")
     errors.extend(col.errors)
     if col.errors:
         return None
-    return GpuFacts(str(gpu.get("name") or "GPU"), float(total), float(reserved), count)
+    name = gpu.get("name")
+    return GpuFacts(name if isinstance(name, str) and name else "GPU", float(total), float(reserved), count)
 
 
 def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -> ServingFacts | None:
     col = _Collector()
-    tp = col.int_at_least(serving, "serving", "tensor_parallel_size", 1, "use 1, 2, 4 or 8")
-    pp = col.int_at_least(serving, "serving", "pipeline_parallel_size", 1, "use 1 unless you span hosts")
+    tp = col.int_at_least(serving, "serving", "tensor_parallel_size", 1, "use 1, 2, 4 or 8", MAX_GPUS)
+    pp = col.int_at_least(serving, "serving", "pipeline_parallel_size", 1, "use 1 unless you span hosts", MAX_GPUS)
     max_len = col.int_at_least(serving, "serving", "max_model_len", 1, "set the context length to serve, e.g. 8192")
     seqs_raw = serving.get("max_num_seqs")
     max_seqs = (
@@ -376,9 +426,9 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
     )
 
     util = serving.get("gpu_memory_utilization")
-    if isinstance(util, bool) or not isinstance(util, (int, float)) or not 0 < util <= 1:
+    if not _number_in(util, 0, 1):
         col.errors.append(
-            f"{var('serving.gpu_memory_utilization')} must be a fraction in (0, 1], got {util!r}: "
+            f"{var('serving.gpu_memory_utilization')} must be a fraction in (0, 1], got {_shown(util)}: "
             "use 0.90-0.92 (vLLM's default is 0.90)"
         )
         util = 0.9
@@ -403,10 +453,10 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
             f"{var('serving.max_num_seqs')} ({max_seqs}): lower max_num_seqs or raise the token budget"
         )
 
-    kv_dtype = serving.get("kv_cache_dtype") or "auto"
+    kv_dtype = "auto" if serving.get("kv_cache_dtype") is None else serving.get("kv_cache_dtype")
     if kv_dtype not in KV_CACHE_DTYPES:
         col.errors.append(
-            f"{var('serving.kv_cache_dtype')} must be one of {', '.join(KV_CACHE_DTYPES)}, got {kv_dtype!r}"
+            f"{var('serving.kv_cache_dtype')} must be one of {', '.join(KV_CACHE_DTYPES)}, got {_shown(kv_dtype)}"
         )
         kv_dtype = "auto"
 
@@ -414,13 +464,14 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
     block = DEFAULT_BLOCK_SIZE if block_raw is None else block_raw
     if block not in CUDA_BLOCK_SIZES or isinstance(block, bool):
         col.errors.append(
-            f"{var('serving.block_size')} must be one of {CUDA_BLOCK_SIZES} on CUDA or null (16), got {block_raw!r}"
+            f"{var('serving.block_size')} must be one of {CUDA_BLOCK_SIZES} on CUDA or null (16), "
+            f"got {_shown(block_raw)}"
         )
         block = DEFAULT_BLOCK_SIZE
 
     eager = serving.get("enforce_eager", False)
     if not isinstance(eager, bool):
-        col.errors.append(f"{var('serving.enforce_eager')} must be true or false, got {eager!r}")
+        col.errors.append(f"{var('serving.enforce_eager')} must be true or false, got {_shown(eager)}")
         eager = False
 
     errors.extend(col.errors)

@@ -516,3 +516,122 @@ def test_config_json_attention_is_detected_and_compared() -> None:
     mla = {**config, "kv_lora_rank": 512}
     assert model_catalog.model_from_config_json(mla, 1)["attention"] == "mla"
     assert any(p.startswith("attention") for p in model_catalog.config_mismatches(entry, mla))
+
+
+# --- plan() is total: any input gives errors, never an exception ---------------------------------
+
+HOSTILE = (
+    float("inf"), float("-inf"), float("nan"), 10**400, -(10**400), 10**5000, -1, 0, 2**63, 1e308, 1e-308, True, False,
+    None, "x", "8192", "\x00\n", b"x", [], {}, [1], {"a": 1}, 1.5,
+)  # fmt: skip
+
+
+def _inputs() -> tuple[dict, dict, dict]:
+    model = model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct")
+    model["model_id"] = "Qwen/Qwen2.5-14B-Instruct"
+    return model, gpu_3090(), serving()
+
+
+# The hostile values plan() takes, by section and key: None where the key is optional (its default), what is
+# valid for the key, anything for the keys that are only shown (the model's name and where its figures come
+# from, the GPU's name). Every other hostile value must come back as an error.
+def _key(value: object) -> str:
+    """repr(), but a huge int by its size (its repr raises beyond 4300 digits)."""
+    return f"int of {value.bit_length()} bits" if isinstance(value, int) and abs(value) > 10**30 else repr(value)
+
+
+_ANY = {_key(v) for v in HOSTILE}
+ACCEPTED = {
+    ("model", "head_dim"): {"None"},
+    ("model", "quantization"): {"None"},
+    ("model", "attention"): {"None"},
+    ("model", "num_experts"): {"None", "0", "False"},
+    ("model", "model_id"): _ANY,
+    ("model", "weights_source"): _ANY,
+    ("model", "source"): _ANY,
+    ("gpu", "name"): _ANY,
+    ("gpu", "memory_reserved_mib"): {"None", "0", "1e-308", "1.5"},
+    ("serving", "max_num_seqs"): {"None"},
+    ("serving", "max_num_batched_tokens"): {"None"},
+    ("serving", "kv_cache_dtype"): {"None"},
+    ("serving", "block_size"): {"None"},
+    ("serving", "enforce_eager"): {"True", "False"},
+}
+
+
+def test_plan_never_raises_and_takes_only_the_hostile_values_it_should() -> None:
+    model, gpu, serve = _inputs()
+    assert capacity_planner.plan(model, gpu, serve)["fits"] is True
+    extra = {
+        "model": ("head_dim", "attention", "quantization", "weights_source", "num_experts"),
+        "gpu": ("memory_reserved_mib",),
+        "serving": (),
+    }
+    for where, section in zip(("model", "gpu", "serving"), (model, gpu, serve)):
+        for key in (*section, *extra[where]):
+            accepted = set()
+            for value in HOSTILE:
+                args = {"model": dict(model), "gpu": dict(gpu), "serving": dict(serve)}
+                args[where][key] = value
+                result = capacity_planner.plan(**args)  # raising fails the test
+                capacity_planner.plan_table(result)
+                assert isinstance(result["errors"], list) and result["fits"] == (not result["errors"])
+                if result["fits"]:
+                    accepted.add(_key(value))
+            assert accepted == ACCEPTED.get((where, key), set()), (where, key)
+    for section in (None, [], "x", 1):
+        assert capacity_planner.plan(section, gpu, serve)["errors"]
+
+
+@pytest.mark.parametrize(
+    ("gpu_over", "serving_over", "named"),
+    [
+        ({"memory_total_mib": float("inf")}, {}, "gpubox_gpu_memory_mib"),
+        ({"memory_total_mib": float("nan")}, {}, "gpubox_gpu_memory_mib"),
+        ({"memory_reserved_mib": 10**400}, {}, "memory_reserved_mib"),
+        ({}, {"max_model_len": 10**400}, "gpubox_max_model_len"),
+        ({}, {"pipeline_parallel_size": 2**63}, "gpubox_pipeline_parallel_size"),
+        ({}, {"gpu_memory_utilization": float("nan")}, "gpubox_gpu_memory_utilization"),
+    ],
+)
+def test_out_of_range_numbers_are_refused_by_name(gpu_over: dict, serving_over: dict, named: str) -> None:
+    model, gpu, serve = _inputs()
+    result = capacity_planner.plan(model, {**gpu, **gpu_over}, {**serve, **serving_over})
+    assert not result["fits"] and any(e.startswith(named) or named in e for e in result["errors"]), result["errors"]
+    assert all(len(e) < 400 for e in result["errors"])  # a 400-digit input is not echoed whole
+
+
+@pytest.mark.parametrize("dtype", ["fp8", "fp8_e4m3", "fp8_e5m2", "int8", "auto"])
+def test_a_model_dtype_vllm_073_does_not_take_is_refused(dtype: str) -> None:
+    model, gpu, serve = _inputs()
+    result = capacity_planner.plan({**model, "torch_dtype": dtype}, gpu, serve)
+    assert not result["fits"] and result["errors"][0].startswith("gpubox_model_dtype must be one of")
+    if dtype.startswith("fp8"):
+        assert "gpubox_kv_cache_dtype" in result["errors"][0]
+
+
+# Mixture-of-experts configs (config.json on the Hugging Face hub): Mixtral-8x7B-v0.1 (num_local_experts 8,
+# num_experts_per_tok 2, intermediate_size 14336) and Qwen1.5-MoE-A2.7B (num_experts 60, moe_intermediate_size
+# 1408, num_experts_per_tok 4); both also carry a dense-looking intermediate_size.
+MOE = {
+    "mixtral": {"num_local_experts": 8, "num_experts_per_tok": 2, "intermediate_size": 14336},
+    "qwen-moe": {"num_experts": 60, "moe_intermediate_size": 1408, "num_experts_per_tok": 4, "intermediate_size": 5632},
+}
+
+
+@pytest.mark.parametrize("name", sorted(MOE))
+def test_a_mixture_of_experts_model_is_refused_by_name_everywhere(name: str) -> None:
+    model, gpu, serve = _inputs()
+    result = capacity_planner.plan({**model, **MOE[name]}, gpu, serve)
+    assert not result["fits"]
+    (error,) = result["errors"]
+    assert error.startswith("gpubox_model_id Qwen/Qwen2.5-14B-Instruct: a mixture-of-experts model")
+    assert "missing" not in error and "give its config.json" not in error
+    facts = {k: v for k, v in model.items() if k in model_catalog.INVENTORY_REQUIRED}
+    with pytest.raises(ValueError, match="gpubox_model_config: x/moe is a mixture-of-experts model"):
+        model_catalog.inventory_model("x/moe", {**facts, **MOE[name]})
+    with pytest.raises(ValueError, match="mixture-of-experts"):
+        model_catalog.model_from_config_json({**_config_json(model), **MOE[name]}, 1)
+    # a dense config's explicit 0 or null is not an expert
+    dense = {**model, "num_experts": 0, "num_local_experts": None}
+    assert capacity_planner.plan(dense, gpu, serve)["fits"] is True
