@@ -181,14 +181,17 @@ def test_real_parser_rejects_an_unknown_flag(parser_runs: dict[str, Any]) -> Non
 
 
 def test_desired_state_choices_are_vllm_073s(parser_runs: dict[str, Any]) -> None:
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks, vllm_words
+
+    # the desired state, the catalog and the planner take these lists from vllm_words, not copies
+    assert state_checks.QUANTIZATIONS is vllm_words.QUANTIZATIONS and state_checks.DTYPES is vllm_words.DTYPES
 
     choices = parser_runs["__choices__"]
-    assert set(state_checks.DTYPES) == set(choices["dtype"])
-    assert set(state_checks.KV_CACHE_DTYPES) == set(choices["kv_cache_dtype"])
-    assert set(state_checks.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
-    assert set(choices["quantization"]) - {None} == set(state_checks.QUANTIZATIONS)
-    assert set(state_checks.BLOCK_SIZES) <= set(choices["block_size"])
+    assert set(vllm_words.DTYPES) == set(choices["dtype"])
+    assert set(vllm_words.KV_CACHE_DTYPES) == set(choices["kv_cache_dtype"])
+    assert set(vllm_words.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
+    assert set(choices["quantization"]) - {None} == set(vllm_words.QUANTIZATIONS)
+    assert set(vllm_words.BLOCK_SIZES) <= set(choices["block_size"])
 
 
 @pytest.mark.parametrize("flag", REFUSED_SPELLINGS)
