@@ -255,3 +255,41 @@ def test_a_corrupt_model_file_from_the_cache_is_refused_and_the_live_model_stays
     log = [json.loads(line) for line in sh(CACHE, "cat /var/log/nginx/gpubox-fleet-cache.log").stdout.splitlines()]
     stored = [e for e in log if "model.safetensors" in e["uri"] and commit("hub-commit-b") in e["uri"]]
     assert stored and stored[0]["upstream_status"].startswith("302"), stored
+
+
+# One HTTP request from a chosen source address (a proxy request when the path is a URL, as apt sends it).
+ASK_FROM = r"""
+import http.client, json, sys
+source, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+try:
+    conn = http.client.HTTPConnection("10.231.94.10", port, timeout=30, source_address=(source, 0))
+    conn.request("GET", path)
+    resp = conn.getresponse()
+    body = resp.read()
+    print(json.dumps({"status": resp.status, "size": len(body)}))
+except (OSError, http.client.HTTPException) as exc:
+    print(json.dumps({"status": None, "size": 0, "error": type(exc).__name__}))
+"""
+ASKED = [
+    (80, "/_fleet_cache/health"),
+    (80, f"/api/v1/models/{MODEL}/repo/files?Revision=master"),
+    (80, "/index/idna/"),
+    (3142, "http://10.231.94.10:8089/InRelease"),  # apt-cacher-ng, as apt asks a proxy
+]
+
+
+def ask_from(container: str, source: str, port: int, path: str) -> dict:
+    return json.loads(sh(container, f"python3 - {source} {port} '{path}'", stdin=ASK_FROM).stdout)
+
+
+@pytest.mark.parametrize(("port", "path"), ASKED)
+def test_a_host_outside_the_allowed_networks_gets_nothing_on_any_port(port: int, path: str) -> None:
+    """host_vars allow only the two boxes: the cache host's own network address is outside the list."""
+    seen = sh(CACHE, f"wc -l < {HUB_LOG} 2>/dev/null || echo 0").stdout.strip()
+    outside = ask_from(CACHE, "10.231.94.10", port, path)
+    assert outside["status"] in (None, 403) and (outside["status"] == 403 or outside["size"] == 0), outside
+    if port == 80:
+        assert outside["status"] == 403, outside  # nginx says why (its body names fleet_cache_allowed_networks)
+        assert sh(CACHE, f"wc -l < {HUB_LOG} 2>/dev/null || echo 0").stdout.strip() == seen  # nothing went upstream
+    inside = ask_from(BOX1, "10.231.94.11", port, path)  # control: a box on the list gets an answer
+    assert inside["status"] == 200 and inside["size"] > 0, inside
