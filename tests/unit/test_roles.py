@@ -4,6 +4,7 @@ and Debian 12."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import jinja2
@@ -156,3 +157,42 @@ def test_role_readmes_match_argument_specs():
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+_JINJA = re.compile(r"\{\{.*?\}\}|\{%.*?%\}", re.S)
+_CONDITION = re.compile(r"^\s*(?:when|that|until|changed_when|failed_when):\s*(.+)$", re.M)
+
+
+def _gpubox_facts_used(role: Path, facts: set[str]) -> set[str]:
+    """The gpubox role's defaults a role's tasks, templates, handlers and vars evaluate (comments and prose aside)."""
+    used: set[str] = set()
+    for sub in ("tasks", "templates", "handlers", "vars", "defaults"):
+        for path in sorted((role / sub).rglob("*")) if (role / sub).is_dir() else []:
+            if not path.is_file():
+                continue
+            lines = path.read_text(errors="replace").splitlines()
+            text = "\n".join(line for line in lines if not line.lstrip().startswith("#"))
+            for span in _JINJA.findall(text) + _CONDITION.findall(text):
+                used |= set(re.findall(r"\b(gpubox_[a-z0-9_]+)\b", span)) & facts
+    return used
+
+
+@pytest.mark.parametrize("role", [r for r in ROLES if r.name != "gpubox"], ids=lambda r: r.name)
+def test_a_role_that_evaluates_the_desired_state_declares_the_gpubox_role(role: Path) -> None:
+    facts = set(yaml.safe_load((ROOT / "roles" / "gpubox" / "defaults" / "main.yml").read_text()))
+    used = _gpubox_facts_used(role, facts)
+    deps = yaml.safe_load((role / "meta" / "main.yml").read_text()).get("dependencies") or []
+    names = {d.get("role") if isinstance(d, dict) else d for d in deps}
+    assert not used or names & {"gpubox", "gpubox.gpubox.gpubox"}, (
+        f"{role.name} evaluates {sorted(used)} (roles/gpubox/defaults) but meta/main.yml does not depend on gpubox"
+    )
+
+
+def test_the_dependency_check_sees_a_fact_in_jinja_and_not_in_prose(tmp_path: Path) -> None:
+    (tmp_path / "tasks").mkdir()
+    (tmp_path / "tasks" / "main.yml").write_text(
+        "# gpubox_port in a comment\n- debug:\n    msg: set gpubox_port\n  when: gpubox_model_root | length > 0\n"
+        '- debug: {msg: "{{ gpubox_env_prefix }}"}\n'
+    )
+    used = _gpubox_facts_used(tmp_path, {"gpubox_port", "gpubox_model_root", "gpubox_env_prefix"})
+    assert used == {"gpubox_model_root", "gpubox_env_prefix"}
