@@ -263,7 +263,7 @@ import http.client, json, sys
 source, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 try:
     conn = http.client.HTTPConnection("10.231.94.10", port, timeout=30, source_address=(source, 0))
-    conn.request("GET", path)
+    conn.request("GET", path, headers={"Accept": "text/html"})  # the PyPI index negotiates (PEP 691)
     resp = conn.getresponse()
     body = resp.read()
     print(json.dumps({"status": resp.status, "size": len(body)}))
