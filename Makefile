@@ -15,10 +15,10 @@ export PY_COLORS := 0
 SCENARIOS ?= serving fleet day2_driver fleet_cache topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit vllm073 harness molecule test bench assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
+.PHONY: help venv lock lint unit vllm073 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
+	@echo "make demo | test | lint | unit | vllm073 | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -92,6 +92,12 @@ test: harness
 	  exit $$rc
 
 bench: venv
+	$(PY) tools/bench.py --out bench/results.md
+
+# Streams direct, through the front door and through the gateway (real nginx and HAProxy on loopback, the
+# engine stand-in): bench/proxy-load.json, then bench/results.md. Needs nginx and haproxy (Debian's packages).
+bench-load: venv
+	$(PY) bench/proxy_load.py
 	$(PY) tools/bench.py --out bench/results.md
 
 assertions: venv

@@ -405,6 +405,53 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
     return "\n".join(lines) + "\n"
 
 
+PROXY_LOAD = ROOT / "bench" / "proxy-load.json"
+
+
+def proxy_load_report(path: Path = PROXY_LOAD) -> str:
+    """bench/proxy_load.py's run of record: direct, front door and gateway side by side (never made up here)."""
+    lines = ["", "# Streams through the front door and the gateway (bench/proxy_load.py)", ""]
+    if not path.is_file():
+        return "\n".join([*lines, f"No run recorded (run: make bench-load, which writes {shown(path)}).", ""])
+    data = json.loads(path.read_text())
+    standin = data["stand_in"]
+    lines += [
+        f"Command: `{data['command']}` ({data['when']}, {data['machine']}, {data['nginx']}). The engine is the",
+        f"TEST ONLY stand-in (TTFT {standin['ttft_ms']:g} ms, ITL {standin['itl_ms']:g} ms, {standin['tokens']} tokens"
+        f" a stream, {data['requests_per_client']} streams a client one after the other); client, proxies and",
+        "stand-in share the machine's cores. The stand-in's own TTFT and ITL are the floor every path starts from;",
+        "TTFT counts from the request sent on an open connection (the connection's set-up is its own column).",
+        "",
+        "| level | path | streams ok / sent | errors | truncated | most in flight | streams/s "
+        "| TTFT p50 / p99 ms | ITL p50 / p99 ms | connect p50 / p99 ms |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    paths = list(data["results"])
+    levels = sorted({row["level"] for rows in data["results"].values() for row in rows})
+    for level in levels:
+        for name in paths:
+            for r in (row for row in data["results"][name] if row["level"] == level):
+                lines.append(
+                    f"| {level} | {name} | {r['completed']} / {r['streams']} | {r['errors']} | {r['truncated']} "
+                    f"| {r['most_in_flight']} | {fmt(r['streams_per_s'])} | {fmt(r['ttft_p50_ms'])} / "
+                    f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
+                    f"| {fmt(r.get('connect_p50_ms'))} / {fmt(r.get('connect_p99_ms'))} |"
+                )
+    held = ", ".join(f"{name} {n}" for name, n in data["most_streams_held"].items())
+    lines += ["", f"Most concurrent streams held with 0 errors and 0 truncated: {held}.", ""]
+    direct = {row["level"]: row for row in data["results"].get("direct", [])}
+    for name in paths[1:]:
+        added = [
+            (row["level"], row["ttft_p99_ms"] - direct[row["level"]]["ttft_p99_ms"])
+            for row in data["results"][name]
+            if row["level"] in direct and row["ttft_p99_ms"] is not None and direct[row["level"]]["ttft_p99_ms"]
+        ]
+        if added:
+            text = ", ".join(f"{level}: {delta:+.1f}" for level, delta in added)
+            lines.append(f"- {name} adds to direct p99 TTFT (ms, by level): {text}.")
+    return "\n".join([*lines, ""])
+
+
 SCENARIO_TIMES = ROOT / "bench" / "scenario-times.json"
 MEASURED_TIMES = ROOT / ".cache" / "molecule-logs" / "times.json"
 RECORD_HINT = "run `make molecule`, then `python tools/bench.py --record-times`"
@@ -548,6 +595,7 @@ def main(argv: list[str] | None = None) -> int:
         + unit_exposure_report()
         + fleet_cache_report()
         + fleet_bench_report()
+        + proxy_load_report()
         + scenario_times_report()
     )
     print(text)

@@ -20,21 +20,18 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
-import os
 import shutil
-import socket
 import ssl
 import subprocess
 import tempfile
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-import ansible_vars
+import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = "127.0.0.1"
@@ -42,42 +39,29 @@ STRANGER = "127.0.0.2"
 
 
 def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def _render(host: str, role: str, template: str, roles: tuple[str, ...], groups: tuple[str, ...], extra: dict) -> str:
-    from ansible.template import trust_as_template
-
-    templar, _ = ansible_vars.templar_for(
-        host, roles=roles, groups=groups, extra_vars={"ansible_managed": "managed by a test", **extra}
-    )
-    return templar.template(trust_as_template((ROOT / "roles" / role / "templates" / template).read_text()))
+    return live_proxies.free_port()
 
 
 def _self_signed(tmp: Path) -> tuple[Path, Path]:
-    cert, key = tmp / "tls.crt", tmp / "tls.key"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
-         "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
+    return live_proxies.self_signed(tmp)
 
 
-def _wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise AssertionError(f"{what} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
-                return
-        except OSError:
-            time.sleep(0.05)
-    raise AssertionError(f"{what} does not listen on {port}")
+def _stop(proc: subprocess.Popen) -> None:
+    live_proxies.stop(proc)
+
+
+def _start_front_door(tmp: Path, engine: int, knobs: dict) -> tuple[subprocess.Popen, int]:
+    try:
+        return live_proxies.start_front_door(tmp, engine, knobs)
+    except live_proxies.Missing as exc:
+        pytest.skip(str(exc))
+
+
+def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tuple[subprocess.Popen, int]:
+    try:
+        return live_proxies.start_gateway(tmp, box_port, box_cert, knobs)
+    except live_proxies.Missing as exc:
+        pytest.skip(str(exc))
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
@@ -109,58 +93,6 @@ def engine() -> Iterator[int]:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield server.server_address[1]
     server.shutdown()
-
-
-def _nginx() -> str:
-    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
-    if nginx is None or shutil.which("openssl") is None:
-        pytest.skip("nginx (Debian's package) and openssl are needed to run the front door on loopback")
-    return nginx
-
-
-def _start_front_door(tmp: Path, engine: int, knobs: dict) -> tuple[subprocess.Popen, int]:
-    """nginx with the rendered front door file (``knobs`` over the role's defaults), listening on loopback."""
-    nginx = _nginx()
-    tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
-    cert, key = _self_signed(tmp)
-    port = _free_port()
-    conf = _render(
-        "unit-front-door-live", "front_door", "gpubox-front-door.conf.j2", ("gpubox", "front_door"), ("gpu_2x3090",),
-        {
-            "gpubox_front_door_port": port,
-            "gpubox_port": engine,
-            "front_door_ipv6": False,
-            "front_door_gateway_networks": [f"{GATEWAY}/32"],
-            "__front_door_cert": str(cert),
-            "__front_door_key": str(key),
-            "__front_door_access_log": str(tmp / "access.log"),
-            **knobs,
-        },
-    )  # fmt: skip
-    (tmp / "front-door.conf").write_text(conf)
-    temp_paths = "".join(
-        f"    {kind}_temp_path {tmp}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
-    )
-    (tmp / "nginx.conf").write_text(
-        f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log notice;\n"
-        f"events {{}}\nhttp {{\n{temp_paths}    include {tmp}/front-door.conf;\n}}\n"
-    )
-    proc = subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for(port, proc, "nginx")
-    except BaseException:
-        _stop(proc)
-        raise
-    return proc, port
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    proc.terminate()
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(scope="module")
@@ -307,47 +239,7 @@ def test_nginx_own_errors_are_json(front_door):
 # --------------------------------------------------------------------------- the gateway in front
 
 
-GATEWAY_KEY = "live-gateway-key-0123456789"
-
-
-def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tuple[subprocess.Popen, int]:
-    """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``)."""
-    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
-    if haproxy is None:
-        pytest.skip("haproxy (Debian's package) is needed to run the gateway on loopback")
-    tmp.mkdir(parents=True, exist_ok=True)
-    cert, key = _self_signed(tmp)
-    (tmp / "tls.pem").write_bytes(cert.read_bytes())
-    (tmp / "tls.pem.key").write_bytes(key.read_bytes())
-    (tmp / "keys.lst").write_text(GATEWAY_KEY + "\n")
-    (tmp / "localhost.crt").write_bytes(box_cert.read_bytes())
-    port = _free_port()
-    conf = _render(
-        "unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), ("fleet_cache",),
-        {
-            "llm_gateway_port": port,
-            "llm_gateway_bind_address": "127.0.0.1",
-            "llm_gateway_check_interval_ms": 200,
-            "__llm_gateway_servers": [{"name": "localhost", "address": "127.0.0.1", "port": box_port}],
-            "__llm_gateway_cert": str(tmp / "tls.pem"),
-            "__llm_gateway_keys_file": str(tmp / "keys.lst"),
-            "__llm_gateway_backend_ca_dir": str(tmp),
-            "__llm_gateway_socket": str(tmp / "admin.sock"),
-            **knobs,
-        },
-    )  # fmt: skip
-    # Not what is tested, and a test may not run as root: no chroot, no switch of user.
-    conf = "\n".join(line for line in conf.splitlines() if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
-    (tmp / "haproxy.cfg").write_text(conf + "\n")
-    check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
-    proc = subprocess.Popen([haproxy, "-db", "-f", str(tmp / "haproxy.cfg")], stderr=subprocess.PIPE, text=True)
-    try:
-        _wait_for(port, proc, "haproxy")
-    except BaseException:
-        _stop(proc)
-        raise
-    return proc, port
+GATEWAY_KEY = live_proxies.GATEWAY_KEY
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,288 @@
+#!/usr/bin/env python3
+"""What the front door and the gateway add under concurrent streams (issue 22, first part): a bench, not a test.
+
+    python bench/proxy_load.py [--levels 1,32,128,256,512] [--tokens 32] [--ttft-ms 50] [--itl-ms 20]
+                               [--requests 2] [--out bench/proxy-load.json]
+
+Side by side, in one run, on this machine's loopback:
+  direct        the client -> the engine stand-in;
+  front door    the client -> nginx with roles/front_door's rendered file (TLS) -> the stand-in;
+  gateway       the client -> HAProxy with roles/llm_gateway's rendered file (TLS) -> the front door -> the stand-in.
+At each level N, N clients each send --requests streaming chat completions of --tokens tokens one after the
+other on one kept-alive connection, all starting together. Per path and level: TTFT (request sent -> first
+token's event) and ITL (gap between token events) p50/p99, the connection set-up (TCP, and TLS for the proxies;
+not in TTFT) p50/p99, completed streams per second, the most streams in
+flight at once, errors and truncated streams (a stream is whole when it ends with `data: [DONE]` after exactly
+--tokens token events). The most concurrent streams held is the highest level with 0 errors and 0 truncated.
+
+What is real: nginx and HAProxy from Debian's archive, running the roles' own rendered configuration (their
+limits raised far above the load, since a limit refusing the load is policy, not overhead; nginx's
+worker_connections 8192 where the test default, 512, holds 255 streams). What is not: the engine is
+molecule/shared/engine_standin/standin.py (TEST ONLY: fixed TTFT and ITL, no model), and the client is ours
+(asyncio, standard library): vLLM 0.7.3's wheel ships no benchmark client and the kept ones (vLLM's
+`vllm bench serve`, guidellm) need a torch install beside it. Client, proxies and stand-in share this
+machine's cores, so every figure includes their contention; on 2 cores that dominates at high levels.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import resource
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
+from ansible.plugins.loader import init_plugin_loader  # noqa: E402
+
+if not any(type(finder).__name__ == "_AnsibleCollectionFinder" for finder in sys.meta_path):  # pytest's is set up
+    init_plugin_loader(prefix_collections_path=[str(ROOT / "collections")])  # as tests/conftest.py does
+sys.path.insert(0, str(ROOT / "tests" / "unit"))
+import live_proxies  # noqa: E402
+
+STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
+KEY = live_proxies.GATEWAY_KEY
+HIGH_LIMITS_FRONT_DOOR = {
+    "front_door_rate_per_client": "100000r/s",
+    "front_door_burst_per_client": 100000,
+    "front_door_rate_per_key": "100000r/s",
+    "front_door_burst_per_key": 100000,
+}
+HIGH_LIMITS_GATEWAY = {"llm_gateway_rate_per_client": 10000000, "llm_gateway_rate_period_s": 10}
+
+
+def percentile(values: list[float], q: float) -> float | None:
+    if not values:
+        return None
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
+
+
+class Client:
+    """One client: --requests streams one after the other on one kept-alive connection (reconnects if closed)."""
+
+    def __init__(self, run: Run) -> None:
+        self.run = run
+        self.reader: asyncio.StreamReader | None = None
+        self.writer: asyncio.StreamWriter | None = None
+
+    async def connect(self) -> None:
+        ctx = None
+        if self.run.tls:
+            ctx = ssl.create_default_context()
+            ctx.check_hostname = False
+            ctx.verify_mode = ssl.CERT_NONE  # the self-signed certificates of the rendered files
+        started = time.perf_counter()
+        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.run.port, ssl=ctx, limit=1 << 20)
+        self.run.connect.append(time.perf_counter() - started)
+
+    async def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+            with contextlib.suppress(ConnectionError, ssl.SSLError):
+                await self.writer.wait_closed()
+        self.reader = self.writer = None
+
+    async def stream(self, n: int) -> None:
+        run = self.run
+        body = json.dumps(
+            {"model": "tiny", "messages": [{"role": "user", "content": f"stream {n}"}], "max_tokens": run.tokens,
+             "stream": True}
+        ).encode()  # fmt: skip
+        head = (
+            f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {KEY}\r\n"
+            f"Content-Type: application/json\r\nX-Session-Id: s{id(self) % 9973}\r\nContent-Length: {len(body)}\r\n\r\n"
+        ).encode()
+        if self.writer is None:
+            await self.connect()
+        sent = time.perf_counter()
+        self.writer.write(head + body)
+        await self.writer.drain()
+        run.in_flight += 1
+        run.most_in_flight = max(run.most_in_flight, run.in_flight)
+        try:
+            status, headers = await self.read_head()
+            if status != 200:
+                await self.skip_body(headers)
+                run.errors.append(f"HTTP {status}")
+                return
+            times, done = await self.read_events(headers)
+        finally:
+            run.in_flight -= 1
+        if times:
+            run.ttft.append(times[0] - sent)
+            run.itl.extend(b - a for a, b in zip(times, times[1:]))
+        if done and len(times) == run.tokens:
+            run.completed += 1
+        else:
+            run.truncated += 1
+        if headers.get("connection", "").lower() == "close":
+            await self.close()
+
+    async def read_head(self) -> tuple[int, dict[str, str]]:
+        raw = await self.reader.readuntil(b"\r\n\r\n")
+        lines = raw.decode("latin-1").split("\r\n")
+        status = int(lines[0].split(" ")[1])
+        headers = {}
+        for line in lines[1:]:
+            name, _, value = line.partition(":")
+            if name:
+                headers[name.strip().lower()] = value.strip()
+        return status, headers
+
+    async def skip_body(self, headers: dict[str, str]) -> None:
+        if headers.get("transfer-encoding", "").lower() == "chunked":
+            async for _ in self.chunks():
+                pass
+        else:
+            await self.reader.readexactly(int(headers.get("content-length") or 0))
+
+    async def chunks(self):
+        while True:
+            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
+            if size == 0:
+                await self.reader.readuntil(b"\r\n")
+                return
+            data = await self.reader.readexactly(size + 2)
+            yield data[:-2]
+
+    async def read_events(self, headers: dict[str, str]) -> tuple[list[float], bool]:
+        """The arrival time of each token event, and whether [DONE] came."""
+        times: list[float] = []
+        done = False
+        pending = b""
+        async for data in self.chunks():
+            pending += data
+            while b"\n\n" in pending:
+                event, pending = pending.split(b"\n\n", 1)
+                if not event.startswith(b"data: "):
+                    continue
+                payload = event[6:]
+                if payload == b"[DONE]":
+                    done = True
+                    continue
+                choices = json.loads(payload).get("choices") or []
+                if choices and choices[0].get("delta", {}).get("content"):
+                    times.append(time.perf_counter())
+        return times, done
+
+    async def work(self) -> None:
+        for n in range(self.run.requests):
+            try:
+                await self.stream(n)
+            except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError, ssl.SSLError) as exc:
+                self.run.errors.append(type(exc).__name__)
+                await self.close()
+        await self.close()
+
+
+class Run:
+    def __init__(self, port: int, tls: bool, level: int, tokens: int, requests: int) -> None:
+        self.port, self.tls, self.level, self.tokens, self.requests = port, tls, level, tokens, requests
+        self.ttft: list[float] = []
+        self.itl: list[float] = []
+        self.connect: list[float] = []  # TCP (+ TLS) connection set-up, not in TTFT
+        self.errors: list[str] = []
+        self.completed = 0
+        self.truncated = 0
+        self.in_flight = 0
+        self.most_in_flight = 0
+
+    async def go(self) -> dict:
+        clients = [Client(self) for _ in range(self.level)]
+        started = time.perf_counter()
+        await asyncio.gather(*(c.work() for c in clients))
+        wall = time.perf_counter() - started
+
+        def ms(values: list[float], q: float) -> float | None:
+            value = percentile(values, q)
+            return None if value is None else round(value * 1000, 2)
+
+        return {
+            "level": self.level, "streams": self.level * self.requests, "completed": self.completed,
+            "truncated": self.truncated, "errors": len(self.errors), "error_kinds": sorted(set(self.errors))[:5],
+            "most_in_flight": self.most_in_flight, "wall_s": round(wall, 2),
+            "streams_per_s": round(self.completed / wall, 1) if wall else None,
+            "ttft_p50_ms": ms(self.ttft, 50), "ttft_p99_ms": ms(self.ttft, 99),
+            "itl_p50_ms": ms(self.itl, 50), "itl_p99_ms": ms(self.itl, 99),
+            "connect_p50_ms": ms(self.connect, 50), "connect_p99_ms": ms(self.connect, 99),
+        }  # fmt: skip
+
+
+def start_standin(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
+    env = dict(os.environ, VLLM_API_KEY=KEY)
+    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    live_proxies.wait_for(port, proc, "the engine stand-in")
+    return proc
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--levels", default="1,32,128,256,512")
+    parser.add_argument("--tokens", type=int, default=32)
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=20.0)
+    parser.add_argument("--requests", type=int, default=2, help="streams per client, one after the other")
+    parser.add_argument("--out", default=str(ROOT / "bench" / "proxy-load.json"))
+    args = parser.parse_args(argv)
+    levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # nginx and HAProxy inherit it
+    procs: list[subprocess.Popen] = []
+    tmp = Path(tempfile.mkdtemp(prefix="gpubox-proxy-load."))
+    try:
+        engine_port = live_proxies.free_port()
+        procs.append(start_standin(engine_port, args.ttft_ms, args.itl_ms))
+        box_dir = tmp / "box"
+        box_dir.mkdir()
+        front, front_port = live_proxies.start_front_door(box_dir, engine_port, HIGH_LIMITS_FRONT_DOOR, 8192)
+        procs.append(front)
+        gateway, gateway_port = live_proxies.start_gateway(
+            tmp / "gateway", front_port, box_dir / "tls.crt", HIGH_LIMITS_GATEWAY, log=tmp / "haproxy.log"
+        )
+        procs.append(gateway)
+        time.sleep(1.0)  # the gateway's first health checks mark the box up
+        paths = {"direct": (engine_port, False), "front door": (front_port, True), "gateway": (gateway_port, True)}
+        results: dict[str, list[dict]] = {name: [] for name in paths}
+        for level in levels:  # one level for every path before the next: the machine is the same for all three
+            for name, (port, tls) in paths.items():
+                row = asyncio.run(Run(port, tls, level, args.tokens, args.requests).go())
+                results[name].append(row)
+                print(f"{name:10} {json.dumps(row)}", flush=True)
+    except live_proxies.Missing as exc:
+        print(f"proxy_load: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for proc in reversed(procs):
+            live_proxies.stop(proc)
+    held = {
+        name: max((r["level"] for r in rows if r["errors"] == 0 and r["truncated"] == 0), default=0)
+        for name, rows in results.items()
+    }
+    record = {
+        "command": "python bench/proxy_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+        "nginx": subprocess.run([live_proxies.nginx_binary(), "-v"], capture_output=True, text=True).stderr.strip(),
+        "stand_in": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
+        "requests_per_client": args.requests,
+        "results": results,
+        "most_streams_held": held,
+    }
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    print(f"most streams held with 0 errors and 0 truncated: {held}; written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,269 @@
+#!/usr/bin/env python3
+"""TEST ONLY: a stand-in for vLLM 0.7.3's OpenAI server, for load through the front door and the gateway.
+
+    standin.py --port 8000 [--host 127.0.0.1] [--served-model-name tiny] [--ttft-ms 50] [--itl-ms 10]
+               [--max-model-len 2048]        (the API key, when set, comes from VLLM_API_KEY, as vLLM's does)
+
+It speaks what clients and gpubox's checks ask of vLLM 0.7.3 (vllm/entrypoints/openai/api_server.py):
+POST /v1/completions and /v1/chat/completions (JSON, or Server-Sent Events with ``"stream": true``: one
+chunk per token, then ``data: [DONE]``; ``stream_options.include_usage`` adds the usage chunk), GET
+/health, /v1/models and /metrics (vLLM's own metric names), ``Authorization: Bearer`` checked on /v1/
+only (as vLLM 0.7.3 does), HTTP/1.1 keep-alive. Each request waits ``--ttft-ms`` before its first token
+and ``--itl-ms`` between tokens, and emits ``max_tokens`` tokens (16 when not given).
+
+What it does NOT model: the model (every token is the word "tok"), tokenization (prompt tokens are
+counted as words), batching and its slow-down under load (every stream keeps its pace while the CPU
+lasts), the KV cache and preemption, SIGTERM (it stops at once, as vLLM 0.7.3 aborts what is in
+flight), and every endpoint and parameter beyond those above. Its figures measure the proxies in front
+of an engine, never an engine.
+
+Standard library only (asyncio), so that it runs in any box or on the controller.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import time
+import uuid
+
+REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}
+MAX_BODY = 1 << 20
+DEFAULT_MAX_TOKENS = 16
+
+
+class Stats:
+    """What /metrics reports, under vLLM 0.7.3's names (vllm/engine/metrics.py)."""
+
+    def __init__(self) -> None:
+        self.running = 0
+        self.prompt_tokens = 0
+        self.generation_tokens = 0
+        self.requests = {"stop": 0, "length": 0, "abort": 0}
+        self.ttft_sum = 0.0
+        self.ttft_count = 0
+
+    def text(self, model: str) -> str:
+        label = f'model_name="{model}"'
+        lines = [
+            "# HELP vllm:num_requests_running Number of requests currently running on GPU.",
+            "# TYPE vllm:num_requests_running gauge",
+            f"vllm:num_requests_running{{{label}}} {self.running}",
+            "# TYPE vllm:num_requests_waiting gauge",
+            f"vllm:num_requests_waiting{{{label}}} 0",
+            "# TYPE vllm:gpu_cache_usage_perc gauge",
+            f"vllm:gpu_cache_usage_perc{{{label}}} 0",
+            "# TYPE vllm:prompt_tokens_total counter",
+            f"vllm:prompt_tokens_total{{{label}}} {self.prompt_tokens}",
+            "# TYPE vllm:generation_tokens_total counter",
+            f"vllm:generation_tokens_total{{{label}}} {self.generation_tokens}",
+            "# TYPE vllm:request_success_total counter",
+            *(f'vllm:request_success_total{{finished_reason="{k}",{label}}} {v}' for k, v in self.requests.items()),
+            "# TYPE vllm:time_to_first_token_seconds histogram",
+            f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{label}}} {self.ttft_count}',
+            f"vllm:time_to_first_token_seconds_sum{{{label}}} {self.ttft_sum}",
+            f"vllm:time_to_first_token_seconds_count{{{label}}} {self.ttft_count}",
+        ]
+        return "\n".join(lines) + "\n"
+
+
+class Engine:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.model = args.served_model_name
+        self.ttft = args.ttft_ms / 1000.0
+        self.itl = args.itl_ms / 1000.0
+        self.max_model_len = args.max_model_len
+        self.key = os.environ.get("VLLM_API_KEY") or None
+        self.stats = Stats()
+
+    # --- HTTP/1.1 ----------------------------------------------------------------------------------
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines = head.decode("latin-1").split("\r\n")
+                method, path, version = ([*lines[0].split(" "), "", "", ""])[:3]
+                headers = {}
+                for line in lines[1:]:
+                    name, _, value = line.partition(":")
+                    if name:
+                        headers[name.strip().lower()] = value.strip()
+                length = int(headers.get("content-length") or 0)
+                if length > MAX_BODY:
+                    await self.send_json(writer, 400, error("request body too large", "BadRequestError"), False)
+                    return
+                body = await reader.readexactly(length) if length else b""
+                keep = version == "HTTP/1.1" and headers.get("connection", "").lower() != "close"
+                await self.route(writer, method, path.split("?", 1)[0], headers, body, keep)
+                if not keep:
+                    return
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError):
+            return
+        finally:
+            writer.close()
+
+    async def route(self, writer, method: str, path: str, headers: dict, body: bytes, keep: bool) -> None:
+        if path == "/health" and method == "GET":
+            await self.send(writer, 200, b"", "text/plain", keep)
+        elif path == "/metrics" and method == "GET":
+            await self.send(writer, 200, self.stats.text(self.model).encode(), "text/plain; version=0.0.4", keep)
+        elif path.startswith("/v1/") and self.key and headers.get("authorization") != f"Bearer {self.key}":
+            await self.send_json(writer, 401, {"error": "Unauthorized"}, keep)  # vLLM 0.7.3's own answer
+        elif path == "/v1/models" and method == "GET":
+            card = {"id": self.model, "object": "model", "created": int(time.time()), "owned_by": "vllm",
+                    "root": self.model, "parent": None, "max_model_len": self.max_model_len}  # fmt: skip
+            await self.send_json(writer, 200, {"object": "list", "data": [card]}, keep)
+        elif path in ("/v1/completions", "/v1/chat/completions") and method == "POST":
+            try:
+                request = json.loads(body or b"{}")
+                if not isinstance(request, dict):
+                    raise ValueError("the body is not a JSON object")
+            except ValueError as exc:
+                await self.send_json(writer, 400, error(f"invalid JSON: {exc}", "BadRequestError"), keep)
+                return
+            await self.generate(writer, path.endswith("chat/completions"), request, keep)
+        elif path.startswith("/v1/") or path in ("/health", "/metrics"):
+            await self.send_json(writer, 405 if path in ("/health", "/metrics") else 404, {"detail": "Not Found"}, keep)
+        else:
+            await self.send_json(writer, 404, {"detail": "Not Found"}, keep)
+
+    async def send(self, writer, status: int, body: bytes, ctype: str, keep: bool) -> None:
+        writer.write(
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\ncontent-type: {ctype}\r\n"
+            f"content-length: {len(body)}\r\nconnection: {'keep-alive' if keep else 'close'}\r\n\r\n".encode()
+            + body
+        )
+        await writer.drain()
+
+    async def send_json(self, writer, status: int, payload: dict, keep: bool) -> None:
+        await self.send(writer, status, json.dumps(payload).encode(), "application/json", keep)
+
+    # --- generation -------------------------------------------------------------------------------
+    async def generate(self, writer, chat: bool, request: dict, keep: bool) -> None:
+        tokens = request.get("max_tokens")
+        if tokens is None:
+            tokens = request.get("max_completion_tokens", DEFAULT_MAX_TOKENS)
+        if isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1:
+            await self.send_json(writer, 400, error("max_tokens must be a positive integer", "BadRequestError"), keep)
+            return
+        if chat:
+            messages = request.get("messages")
+            prompt = " ".join(str(m.get("content", "")) for m in messages if isinstance(m, dict)) if isinstance(
+                messages, list
+            ) else ""  # fmt: skip
+        else:
+            prompt = str(request.get("prompt", ""))
+        prompt_tokens = len(prompt.split())
+        rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
+        created = int(time.time())
+        started = time.monotonic()
+        self.stats.running += 1
+        self.stats.prompt_tokens += prompt_tokens
+        finished = "abort"
+        try:
+            if request.get("stream"):
+                usage = isinstance(request.get("stream_options"), dict) and request["stream_options"].get(
+                    "include_usage"
+                )
+                await self.stream(writer, chat, rid, created, tokens, prompt_tokens, bool(usage), started)
+            else:
+                await asyncio.sleep(self.ttft + self.itl * (tokens - 1))
+                self.first_token(started)
+                text = " ".join(["tok"] * tokens)
+                choice = (
+                    {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
+                    if chat
+                    else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length"}
+                )
+                payload = {
+                    "id": rid, "object": "chat.completion" if chat else "text_completion", "created": created,
+                    "model": self.model, "choices": [choice],
+                    "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": tokens,
+                              "total_tokens": prompt_tokens + tokens},
+                }  # fmt: skip
+                await self.send_json(writer, 200, payload, keep)
+            self.stats.generation_tokens += tokens
+            finished = "length"
+        finally:
+            self.stats.running -= 1
+            self.stats.requests[finished] += 1
+
+    def first_token(self, started: float) -> None:
+        self.stats.ttft_sum += time.monotonic() - started
+        self.stats.ttft_count += 1
+
+    async def stream(self, writer, chat, rid, created, tokens, prompt_tokens, usage, started) -> None:
+        # chunked, as uvicorn sends vLLM's StreamingResponse
+        writer.write(
+            b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
+            b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+        )
+        kind = "chat.completion.chunk" if chat else "text_completion"
+
+        def chunk(choice: dict | None, extra: dict | None = None) -> bytes:
+            event = {"id": rid, "object": kind, "created": created, "model": self.model,
+                     "choices": [choice] if choice else [], **(extra or {})}  # fmt: skip
+            data = f"data: {json.dumps(event)}\n\n".encode()
+            return f"{len(data):x}\r\n".encode() + data + b"\r\n"
+
+        await asyncio.sleep(self.ttft)
+        if chat:  # vLLM 0.7.3 sends the role first, with empty content
+            writer.write(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}))
+        for n in range(tokens):
+            if n:
+                await asyncio.sleep(self.itl)
+            last = n == tokens - 1
+            text = "tok" if n == 0 else " tok"
+            choice = (
+                {"index": 0, "delta": {"content": text}, "finish_reason": "length" if last else None}
+                if chat
+                else {"index": 0, "text": text, "logprobs": None, "finish_reason": "length" if last else None}
+            )
+            writer.write(chunk(choice))
+            await writer.drain()
+            if n == 0:
+                self.first_token(started)
+        if usage:
+            totals = {
+                "prompt_tokens": prompt_tokens,
+                "completion_tokens": tokens,
+                "total_tokens": prompt_tokens + tokens,
+            }
+            writer.write(chunk(None, {"usage": totals}))
+        done = b"data: [DONE]\n\n"
+        writer.write(f"{len(done):x}\r\n".encode() + done + b"\r\n0\r\n\r\n")
+        await writer.drain()
+
+
+def error(message: str, kind: str) -> dict:
+    return {"object": "error", "message": message, "type": kind, "param": None, "code": 400}
+
+
+async def main_async(args: argparse.Namespace) -> None:
+    engine = Engine(args)
+    server = await asyncio.start_server(engine.serve, args.host, args.port, backlog=4096, limit=1 << 16)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    print(f"standin: serving {args.served_model_name} on {args.host}:{args.port} (TEST ONLY)", flush=True)
+    async with server:
+        await stop.wait()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="TEST ONLY: a stand-in for vLLM 0.7.3's OpenAI server")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", default="tiny")
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=10.0)
+    parser.add_argument("--max-model-len", type=int, default=2048)
+    asyncio.run(main_async(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,122 @@
+"""The engine stand-in (molecule/shared/engine_standin/standin.py, TEST ONLY) speaks what clients and gpubox's
+checks ask of vLLM 0.7.3's OpenAI server, directly and through the real front door and gateway."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+import live_proxies
+
+ROOT = Path(__file__).resolve().parents[2]
+STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
+KEY = live_proxies.GATEWAY_KEY
+AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
+
+
+@pytest.fixture(scope="module")
+def standin() -> Iterator[int]:
+    port = live_proxies.free_port()
+    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", "40", "--itl-ms", "5"]
+    proc = subprocess.Popen(argv, env=dict(os.environ, VLLM_API_KEY=KEY), stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        live_proxies.wait_for(port, proc, "the stand-in")
+        yield port
+    finally:
+        live_proxies.stop(proc)
+
+
+def ask(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None, tls: bool = False):
+    if tls:
+        ctx = ssl.create_default_context()
+        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=ctx)
+    else:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+    try:
+        started = time.monotonic()
+        conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers or {})
+        resp = conn.getresponse()
+        return resp.status, resp.getheader("Content-Type", ""), resp.read().decode(), time.monotonic() - started
+    finally:
+        conn.close()
+
+
+def events(text: str) -> list:
+    out = []
+    for block in text.split("\n\n"):
+        if block.startswith("data: "):
+            payload = block[6:]
+            out.append(payload if payload == "[DONE]" else json.loads(payload))
+    return out
+
+
+def test_health_models_metrics_and_the_key(standin: int) -> None:
+    assert ask(standin, "GET", "/health")[0] == 200  # no key needed, as vLLM 0.7.3
+    status, _, body, _ = ask(standin, "GET", "/v1/models")
+    assert status == 401 and json.loads(body) == {"error": "Unauthorized"}
+    status, _, body, _ = ask(standin, "GET", "/v1/models", headers=AUTH)
+    assert status == 200 and json.loads(body)["data"][0]["id"] == "tiny"
+    metrics = ask(standin, "GET", "/metrics")[2]
+    for name in ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:gpu_cache_usage_perc",
+                 "vllm:generation_tokens_total", "vllm:time_to_first_token_seconds_count"):  # fmt: skip
+        assert f"\n{name}{{" in metrics, name
+
+
+def test_a_chat_stream_is_whole_and_keeps_its_pace(standin: int) -> None:
+    body = {"model": "tiny", "messages": [{"role": "user", "content": "hi"}], "max_tokens": 12, "stream": True,
+            "stream_options": {"include_usage": True}}  # fmt: skip
+    status, ctype, text, took = ask(standin, "POST", "/v1/chat/completions", body, AUTH)
+    assert status == 200 and ctype.startswith("text/event-stream")
+    got = events(text)
+    assert got[-1] == "[DONE]"
+    assert got[0]["choices"][0]["delta"] == {"role": "assistant", "content": ""}  # vLLM 0.7.3's first chunk
+    tokens = [e for e in got[1:-1] if e["choices"] and e["choices"][0]["delta"].get("content")]
+    assert len(tokens) == 12 and tokens[-1]["choices"][0]["finish_reason"] == "length"
+    assert got[-2]["usage"]["completion_tokens"] == 12 and got[-2]["choices"] == []
+    assert took >= 0.040 + 11 * 0.005  # the first token after --ttft-ms, then one each --itl-ms
+
+
+def test_completions_plain_and_bad_input(standin: int) -> None:
+    status, _, text, _ = ask(standin, "POST", "/v1/completions", {"prompt": "a b c", "max_tokens": 3}, AUTH)
+    answer = json.loads(text)
+    assert status == 200 and answer["choices"][0]["text"] == "tok tok tok"
+    assert answer["usage"] == {"prompt_tokens": 3, "completion_tokens": 3, "total_tokens": 6}
+    assert ask(standin, "POST", "/v1/completions", {"max_tokens": 0}, AUTH)[0] == 400
+    assert ask(standin, "POST", "/v1/nothing", {}, AUTH)[0] == 404
+
+
+def test_a_stream_through_the_gateway_and_the_front_door_arrives_whole(standin: int, tmp_path: Path) -> None:
+    (tmp_path / "box").mkdir()
+    try:
+        front, front_port = live_proxies.start_front_door(tmp_path / "box", standin, {}, 1024)
+    except live_proxies.Missing as exc:
+        pytest.skip(str(exc))
+    try:
+        try:
+            gateway, port = live_proxies.start_gateway(
+                tmp_path / "gw", front_port, tmp_path / "box" / "tls.crt", {}, log=tmp_path / "haproxy.log"
+            )
+        except live_proxies.Missing as exc:
+            pytest.skip(str(exc))
+        try:
+            time.sleep(0.5)  # the gateway's first health check
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True}
+            status, _, text, _ = ask(port, "POST", "/v1/chat/completions", body, AUTH, tls=True)
+            got = events(text)
+            assert status == 200 and got[-1] == "[DONE]", text[-300:]
+            assert sum(1 for e in got[1:-1] if e["choices"][0]["delta"].get("content")) == 20
+        finally:
+            live_proxies.stop(gateway)
+    finally:
+        live_proxies.stop(front)
