@@ -59,6 +59,22 @@ FLAG_ALIASES: dict[str, str] = {
     "-q": "--quantization",
 }
 SECRET_FLAGS = ("--api-key",)
+# vLLM 0.7.3 flags that change what GPU memory holds or how much a request may take, which the capacity
+# planner and preflight do not model: refused in gpubox_vllm_extra_args, each with why and what to set instead
+# (tests/vllm073 checks each is a real flag of vLLM 0.7.3's parser).
+PLANNER_BLIND_FLAGS: dict[str, str] = {
+    "--enable-chunked-prefill": "vLLM 0.7.3 turns it on by itself above 32768 tokens of context; set "
+    "gpubox_max_num_batched_tokens (the profiling batch the planner sizes)",
+    "--cpu-offload-gb": "it moves weights to host memory, which the planner's per-GPU weights do not count",
+    "--swap-space": "it reserves host memory per GPU for preempted sequences, which preflight does not check; "
+    "vLLM's default is 4 GiB",
+    "--enable-lora": "LoRA adapters add weights and a profiling pass the planner does not model",
+    "--max-loras": "LoRA adapters add weights and a profiling pass the planner does not model",
+    "--max-lora-rank": "LoRA adapters add weights and a profiling pass the planner does not model",
+    "--max-cpu-loras": "LoRA adapters add weights and a profiling pass the planner does not model",
+    "--num-gpu-blocks-override": "it replaces the KV-cache size the planner computes and preflight checks",
+    "--speculative-model": "a draft model adds its weights and KV cache, which the planner does not model",
+}
 
 # Directories the model store or the environment must never be (the store chmods its root) nor live
 # under (pseudo and volatile filesystems, the OS itself).
@@ -329,6 +345,9 @@ def flag_problem(arg: str) -> str | None:
                 return (
                     f"{arg!r} would be read by vLLM's parser as {rendered}, which gpubox renders: set {source} instead"
                 )
+        for blind, why in PLANNER_BLIND_FLAGS.items():
+            if blind.startswith(flag):
+                return f"{arg!r} would be read by vLLM's parser as {blind}, which the planner does not model: {why}"
         return None
     for alias, rendered in FLAG_ALIASES.items():
         if head.startswith(alias):

@@ -210,6 +210,14 @@ BAD: list[tuple[str, Any, str]] = [
     ("gpubox_vllm_extra_args", ["--max_num_seqs", "4"], "gpubox_vllm_extra_args"),
     ("gpubox_vllm_extra_args", ["--served-model", "x"], "gpubox_vllm_extra_args"),
     ("gpubox_vllm_extra_args", [{"a": 1}], "gpubox_vllm_extra_args"),
+    # flags that change memory or limits the planner does not model, in any spelling argparse reads as them
+    ("gpubox_vllm_extra_args", ["--enable-chunked-prefill"], "gpubox_vllm_extra_args"),
+    ("gpubox_vllm_extra_args", ["--cpu_offload_gb=4"], "gpubox_vllm_extra_args"),
+    ("gpubox_vllm_extra_args", ["--swap-space", "8"], "gpubox_vllm_extra_args"),
+    ("gpubox_vllm_extra_args", ["--num-gpu-blocks-over", "100"], "gpubox_vllm_extra_args"),
+    ("gpubox_vllm_extra_args", ["--enable-lora", "--max-loras", "2"], "gpubox_vllm_extra_args"),
+    ("gpubox_vllm_extra_args", ["--speculative-model", "x/y"], "gpubox_vllm_extra_args"),
+    ("gpubox_vllm_extra_args", ["--enable-prefix-caching"], None),  # changes no budget: taken
     ("gpubox_api_key", "short", "gpubox_api_key"),
     ("gpubox_api_key", "has space in it 0123456789", "gpubox_api_key"),
     ("gpubox_api_key", "", "gpubox_api_key"),

@@ -104,7 +104,7 @@ def test_pipeline_parallel_one_is_not_rendered() -> None:
 
 
 def test_extra_args_are_appended_in_order() -> None:
-    extra = ["--swap-space", "8", "--disable-custom-all-reduce"]
+    extra = ["--max-log-len", "100", "--disable-custom-all-reduce"]
     args = vllm_args({**group_state("gpu_4x4090"), "gpubox_vllm_extra_args": extra})
     assert args[-3:] == extra
 

@@ -89,6 +89,7 @@ for name, argv in json.load(sys.stdin).items():
         out[name] = {"rc": exc.code if isinstance(exc.code, int) else 1, "stderr": err.getvalue(), "parsed": None}
 parser = make_arg_parser(FlexibleArgumentParser())
 out["__choices__"] = {a.dest: list(a.choices) for a in parser._actions if a.choices is not None}
+out["__options__"] = sorted(s for a in parser._actions for s in a.option_strings)
 print(json.dumps(out))
 """
 
@@ -192,6 +193,15 @@ def test_desired_state_choices_are_vllm_073s(parser_runs: dict[str, Any]) -> Non
     assert set(vllm_words.QUANTIZATIONS) | {None} >= set(choices["quantization"]) - {None}
     assert set(choices["quantization"]) - {None} == set(vllm_words.QUANTIZATIONS)
     assert set(vllm_words.BLOCK_SIZES) <= set(choices["block_size"])
+
+
+def test_the_flags_refused_as_planner_blind_are_vllm_073s(parser_runs: dict[str, Any]) -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+
+    options = set(parser_runs["__options__"])
+    assert set(state_checks.PLANNER_BLIND_FLAGS) <= options, set(state_checks.PLANNER_BLIND_FLAGS) - options
+    for flag in state_checks.PLANNER_BLIND_FLAGS:
+        assert "which the planner does not model" in (state_checks.flag_problem(flag) or ""), flag
 
 
 @pytest.mark.parametrize("flag", REFUSED_SPELLINGS)
