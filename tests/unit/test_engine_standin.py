@@ -120,3 +120,54 @@ def test_a_stream_through_the_gateway_and_the_front_door_arrives_whole(standin: 
             live_proxies.stop(gateway)
     finally:
         live_proxies.stop(front)
+
+
+def _arrivals(port: int, tokens: int) -> list[float]:
+    """When each read of a streamed completion arrived through the front door (one read per chunk)."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=ctx)
+    try:
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": tokens, "stream": True}), AUTH)
+        resp = conn.getresponse()
+        assert resp.status == 200
+        times = []
+        while chunk := resp.read1(65536):
+            if b"data:" in chunk:
+                times.append(time.monotonic())
+        return times
+    finally:
+        conn.close()
+
+
+def test_the_front_door_passes_each_event_on_as_it_comes_and_buffering_would_not(tmp_path: Path) -> None:
+    # A stand-in paced at 60 ms a token: unbuffered, 20 events arrive 60 ms apart, far above any scheduling
+    # noise; with proxy_buffering on (the rendered file changed in one word) nginx holds them to the end.
+    port = live_proxies.free_port()
+    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", "10", "--itl-ms", "60"]
+    engine = subprocess.Popen(argv, env=dict(os.environ, VLLM_API_KEY=KEY), stdout=subprocess.DEVNULL)
+    gaps = {}
+    try:
+        live_proxies.wait_for(port, engine, "the stand-in")
+        rendered = live_proxies.render
+        for mode in ("off", "on"):
+            (tmp_path / mode).mkdir()
+            if mode == "on":
+                live_proxies.render = lambda *a, **k: rendered(*a, **k).replace(
+                    "proxy_buffering off;", "proxy_buffering on;"
+                )
+            try:
+                front, front_port = live_proxies.start_front_door(tmp_path / mode, port, {})
+            except live_proxies.Missing as exc:
+                pytest.skip(str(exc))
+            finally:
+                live_proxies.render = rendered
+            try:
+                times = _arrivals(front_port, 20)
+            finally:
+                live_proxies.stop(front)
+            gaps[mode] = sum(1 for a, b in zip(times, times[1:]) if b - a > 0.030)
+    finally:
+        live_proxies.stop(engine)
+    assert gaps["off"] >= 10, gaps  # piece by piece (19 when nothing else runs)
+    assert gaps["on"] <= 3, gaps  # the test can fail: buffered, the events come together
