@@ -90,7 +90,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, value_text, vllm_words
 
 GIB = 1024**3
 MIB = 1024**2
@@ -139,8 +139,8 @@ DTYPE_BYTES = {**MODEL_DTYPE_BYTES, **KV_DTYPE_BYTES}
 # The largest value the planner takes for each kind of number (beyond these, nothing real and the float
 # arithmetic overflows): config.json's integers (hidden sizes, vocab, 10M-token contexts fit), weight bytes
 # (a PiB), MiB per GPU (16 TiB), GPUs and parallel sizes, and the serving limits.
-MAX_CONFIG_INT = 2**24
-MAX_WEIGHTS_BYTES = 2**50
+MAX_CONFIG_INT = model_catalog.MAX_DIM
+MAX_WEIGHTS_BYTES = model_catalog.MAX_WEIGHTS_BYTES
 MAX_GPU_MIB = 2**24
 MAX_GPUS = 64
 MAX_SERVING_INT = 2**26
@@ -246,12 +246,7 @@ class _Collector:
         return value
 
 
-def _shown(value: Any) -> str:
-    """A value for a message: its repr, cut short (an input may be a 400-digit number or a long string)."""
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**30:
-        return f"an integer of {value.bit_length()} bits"  # str() of a huge int raises beyond 4300 digits
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_shown = value_text.short  # an input as a message shows it
 
 
 def _number_in(value: Any, low: float, high: float, low_open: bool = True) -> bool:
@@ -288,10 +283,7 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
     moe = model_catalog.moe_keys(model)
     if moe:
         errors.append(
-            f"{named}: a mixture-of-experts model ({', '.join(moe)} in its "
-            "config): the planner does not model its experts' weights and MLP activations (they are not one "
-            "intermediate_size) and refuses to plan rather than print a wrong budget. Serve a dense model, or "
-            "size this one from vLLM's own start-up log"
+            f"{named}: a mixture-of-experts model ({', '.join(moe)} in its config): {model_catalog.MOE_NOT_MODELLED}"
         )
         return None
     required = tuple(k for k in model_catalog.INVENTORY_REQUIRED if k != "torch_dtype")

@@ -156,6 +156,13 @@ INVENTORY_OPTIONAL = (
 MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
 
 
+# Why such a model is refused, in every message that refuses one.
+MOE_NOT_MODELLED = (
+    "the capacity planner does not model experts (their weights and MLP activations are not one "
+    "intermediate_size) and cannot plan it; serve a dense model, or size this one from vLLM's own start-up log"
+)
+
+
 def moe_keys(config: dict[str, Any]) -> list[str]:
     """The mixture-of-experts keys a config (or gpubox_model_config) sets; a dense model's 0 or null is none."""
     return [k for k in MOE_KEYS if config.get(k) is not None and config.get(k) != 0]
@@ -167,8 +174,8 @@ ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
 _DTYPES = ("bfloat16", "float16", "float32")
 _INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim", "sliding_window", "kv_lora_rank") if k != "torch_dtype")
 # Bounds no real model reaches: keep 10**400 and friends out of the planner's float arithmetic.
-_MAX_DIM = 1 << 24
-_MAX_WEIGHTS = 1 << 50
+MAX_DIM = 1 << 24
+MAX_WEIGHTS_BYTES = 1 << 50
 
 
 class UnknownModelError(KeyError):
@@ -211,11 +218,7 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
         )
     moe = moe_keys(facts)
     if moe:
-        raise ValueError(
-            f"{name}: {model_id} is a mixture-of-experts model ({', '.join(moe)}): the capacity planner does not "
-            "model experts (their weights and MLP activations are not one intermediate_size) and cannot plan "
-            "it; serve a dense model, or size this one from vLLM's own start-up log"
-        )
+        raise ValueError(f"{name}: {model_id} is a mixture-of-experts model ({', '.join(moe)}): {MOE_NOT_MODELLED}")
     missing = [key for key in INVENTORY_REQUIRED if facts.get(key) is None]
     if missing:
         raise ValueError(
@@ -242,12 +245,12 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
     huge = [
         key
         for key in _INT_FACTS
-        if facts.get(key) is not None and facts[key] > (_MAX_WEIGHTS if key == "weights_bytes" else _MAX_DIM)
+        if facts.get(key) is not None and facts[key] > (MAX_WEIGHTS_BYTES if key == "weights_bytes" else MAX_DIM)
     ]
     if huge:
         raise ValueError(
             f"{name}: {', '.join(f'{key}' for key in huge)} is beyond any real model "
-            f"(at most {_MAX_DIM} per dimension, {_MAX_WEIGHTS} weight bytes): "
+            f"(at most {MAX_DIM} per dimension, {MAX_WEIGHTS_BYTES} weight bytes): "
             f"copy the values from {model_id}'s config.json"
         )
     heads, kv_heads, hidden = facts["num_attention_heads"], facts["num_key_value_heads"], facts["hidden_size"]
@@ -373,10 +376,7 @@ def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[s
     text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
     moe = moe_keys(text)
     if moe:
-        raise ValueError(
-            f"config.json describes a mixture-of-experts model ({', '.join(moe)}): the capacity planner does not "
-            "model experts and cannot plan it; size it from vLLM's own start-up log"
-        )
+        raise ValueError(f"config.json describes a mixture-of-experts model ({', '.join(moe)}): {MOE_NOT_MODELLED}")
     missing = [k for k in CONFIG_FIELDS if k not in text and k != "torch_dtype"]
     if missing:
         raise ValueError(f"config.json lacks {', '.join(missing)}: not a decoder model the planner knows")

@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, net_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, net_checks, value_text
 
 # vLLM 0.7.3's vocabulary, from a leaf module (tests/unit/test_imports.py walks the imports: no cycle).
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import (
@@ -68,10 +68,10 @@ PLANNER_BLIND_FLAGS: dict[str, str] = {
     "--cpu-offload-gb": "it moves weights to host memory, which the planner's per-GPU weights do not count",
     "--swap-space": "it reserves host memory per GPU for preempted sequences, which preflight does not check; "
     "vLLM's default is 4 GiB",
-    "--enable-lora": "LoRA adapters add weights and a profiling pass the planner does not model",
-    "--max-loras": "LoRA adapters add weights and a profiling pass the planner does not model",
-    "--max-lora-rank": "LoRA adapters add weights and a profiling pass the planner does not model",
-    "--max-cpu-loras": "LoRA adapters add weights and a profiling pass the planner does not model",
+    **dict.fromkeys(
+        ("--enable-lora", "--max-loras", "--max-lora-rank", "--max-cpu-loras"),
+        "LoRA adapters add weights and a profiling pass the planner does not model",
+    ),
     "--num-gpu-blocks-override": "it replaces the KV-cache size the planner computes and preflight checks",
     "--speculative-model": "a draft model adds its weights and KV cache, which the planner does not model",
 }
@@ -466,9 +466,7 @@ def _gpu_name(name: str, value: Any) -> str:
     )
 
 
-def _short(value: Any) -> str:
-    text = repr(value)
-    return text if len(text) <= 60 else text[:57] + "..."
+_short = value_text.short
 
 
 # --------------------------------------------------------------------------- the facts

@@ -325,3 +325,10 @@ def test_preflight_runs_every_roles_own_input_checks() -> None:
         assert spec["validate"]["options"] == spec["main"]["options"], role
         assert role in looped or role == "nvidia_driver", f"preflight does not run {role}'s checks"
     assert "name: nvidia_driver\n    tasks_from: validate\n" in preflight
+
+
+@pytest.mark.parametrize("name", ["gpubox_gpu_count", "gpubox_port", "gpubox_max_model_len", "gpubox_model_id"])
+def test_an_integer_too_long_to_print_is_one_line_not_a_raise(name: str) -> None:
+    # repr() of a 5000-digit int raises ValueError (Python's 4300-digit limit): value_text.short sizes it instead.
+    state = state_checks.validate({**_good_state(), name: 10**5000})
+    assert any(e.startswith(name) and "an integer of 16610 bits" in e for e in state.errors), state.errors
