@@ -49,7 +49,6 @@ if not any(type(finder).__name__ == "_AnsibleCollectionFinder" for finder in sys
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
 import live_proxies  # noqa: E402
 
-STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
 KEY = live_proxies.GATEWAY_KEY
 HIGH_LIMITS_FRONT_DOOR = {
     "front_door_rate_per_client": "100000r/s",
@@ -76,13 +75,10 @@ class Client:
         self.writer: asyncio.StreamWriter | None = None
 
     async def connect(self) -> None:
-        ctx = None
-        if self.run.tls:
-            ctx = ssl.create_default_context()
-            ctx.check_hostname = False
-            ctx.verify_mode = ssl.CERT_NONE  # the self-signed certificates of the rendered files
         started = time.perf_counter()
-        self.reader, self.writer = await asyncio.open_connection("127.0.0.1", self.run.port, ssl=ctx, limit=1 << 20)
+        self.reader, self.writer = await asyncio.open_connection(
+            "127.0.0.1", self.run.port, ssl=self.run.tls_context, limit=1 << 20
+        )
         self.run.connect.append(time.perf_counter() - started)
 
     async def close(self) -> None:
@@ -188,6 +184,8 @@ class Client:
 class Run:
     def __init__(self, port: int, tls: bool, level: int, tokens: int, requests: int) -> None:
         self.port, self.tls, self.level, self.tokens, self.requests = port, tls, level, tokens, requests
+        # one context for every connection of the run (the rendered files' self-signed certificates unchecked)
+        self.tls_context = live_proxies.unverified_tls() if tls else None
         self.ttft: list[float] = []
         self.itl: list[float] = []
         self.connect: list[float] = []  # TCP (+ TLS) connection set-up, not in TTFT
@@ -218,14 +216,6 @@ class Run:
         }  # fmt: skip
 
 
-def start_standin(port: int, ttft_ms: float, itl_ms: float) -> subprocess.Popen:
-    env = dict(os.environ, VLLM_API_KEY=KEY)
-    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    live_proxies.wait_for(port, proc, "the engine stand-in")
-    return proc
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,32,128,256,512")
@@ -241,8 +231,8 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="gpubox-proxy-load."))
     try:
-        engine_port = live_proxies.free_port()
-        procs.append(start_standin(engine_port, args.ttft_ms, args.itl_ms))
+        engine, engine_port = live_proxies.start_standin(args.ttft_ms, args.itl_ms)
+        procs.append(engine)
         box_dir = tmp / "box"
         box_dir.mkdir()
         front, front_port = live_proxies.start_front_door(box_dir, engine_port, HIGH_LIMITS_FRONT_DOOR, 8192)

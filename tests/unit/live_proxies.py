@@ -11,8 +11,11 @@ from __future__ import annotations
 import os
 import shutil
 import socket
+import ssl
 import subprocess
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import ansible_vars
@@ -20,6 +23,7 @@ import ansible_vars
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = "127.0.0.1"
 GATEWAY_KEY = "live-gateway-key-0123456789"
+STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
 
 
 class Missing(Exception):
@@ -65,6 +69,28 @@ def wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
     raise AssertionError(f"{what} does not listen on {port}")
 
 
+def unverified_tls() -> ssl.SSLContext:
+    """A client context that does not check the rendered files' self-signed certificates (and loads no CA)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def start_standin(ttft_ms: float, itl_ms: float) -> tuple[subprocess.Popen, int]:
+    """The engine stand-in (TEST ONLY, molecule/shared/engine_standin) on a free loopback port, keyed GATEWAY_KEY."""
+    port = free_port()
+    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+    env = dict(os.environ, VLLM_API_KEY=GATEWAY_KEY)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(port, proc, "the engine stand-in")
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, port
+
+
 def nginx_binary() -> str:
     nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
     if nginx is None or shutil.which("openssl") is None:
@@ -73,10 +99,15 @@ def nginx_binary() -> str:
 
 
 def start_front_door(
-    tmp: Path, engine: int, knobs: dict, worker_connections: int | None = None
+    tmp: Path,
+    engine: int,
+    knobs: dict,
+    worker_connections: int | None = None,
+    edit: Callable[[str], str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """nginx with the rendered front door file (``knobs`` over the role's defaults), listening on loopback.
-    ``worker_connections``: nginx's events setting (its default, 512, holds 255 proxied streams)."""
+    ``worker_connections``: nginx's events setting (its default, 512, holds 255 proxied streams); ``edit``: a
+    change to the rendered file, for a test that shows what the file's own setting prevents."""
     nginx = nginx_binary()
     tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
     cert, key = self_signed(tmp)
@@ -94,7 +125,7 @@ def start_front_door(
             **knobs,
         },
     )  # fmt: skip
-    (tmp / "front-door.conf").write_text(conf)
+    (tmp / "front-door.conf").write_text(edit(conf) if edit else conf)
     temp_paths = "".join(
         f"    {kind}_temp_path {tmp}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )

@@ -5,10 +5,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import ssl
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,31 +14,27 @@ import pytest
 import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
-STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
 KEY = live_proxies.GATEWAY_KEY
 AUTH = {"Authorization": f"Bearer {KEY}", "Content-Type": "application/json"}
 
 
 @pytest.fixture(scope="module")
 def standin() -> Iterator[int]:
-    port = live_proxies.free_port()
-    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", "40", "--itl-ms", "5"]
-    proc = subprocess.Popen(argv, env=dict(os.environ, VLLM_API_KEY=KEY), stdout=subprocess.DEVNULL,
-                            stderr=subprocess.PIPE, text=True)  # fmt: skip
+    proc, port = live_proxies.start_standin(40, 5)
     try:
-        live_proxies.wait_for(port, proc, "the stand-in")
         yield port
     finally:
         live_proxies.stop(proc)
 
 
-def ask(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None, tls: bool = False):
+def _connection(port: int, tls: bool) -> http.client.HTTPConnection:
     if tls:
-        ctx = ssl.create_default_context()
-        ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-        conn: http.client.HTTPConnection = http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=ctx)
-    else:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+        return http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=live_proxies.unverified_tls())
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=20)
+
+
+def ask(port: int, method: str, path: str, body: dict | None = None, headers: dict | None = None, tls: bool = False):
+    conn = _connection(port, tls)
     try:
         started = time.monotonic()
         conn.request(method, path, body=json.dumps(body) if body is not None else None, headers=headers or {})
@@ -124,9 +116,7 @@ def test_a_stream_through_the_gateway_and_the_front_door_arrives_whole(standin: 
 
 def _arrivals(port: int, tokens: int) -> list[float]:
     """When each read of a streamed completion arrived through the front door (one read per chunk)."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
-    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=ctx)
+    conn = _connection(port, tls=True)
     try:
         conn.request("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": tokens, "stream": True}), AUTH)
         resp = conn.getresponse()
@@ -143,25 +133,19 @@ def _arrivals(port: int, tokens: int) -> list[float]:
 def test_the_front_door_passes_each_event_on_as_it_comes_and_buffering_would_not(tmp_path: Path) -> None:
     # A stand-in paced at 60 ms a token: unbuffered, 20 events arrive 60 ms apart, far above any scheduling
     # noise; with proxy_buffering on (the rendered file changed in one word) nginx holds them to the end.
-    port = live_proxies.free_port()
-    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", "10", "--itl-ms", "60"]
-    engine = subprocess.Popen(argv, env=dict(os.environ, VLLM_API_KEY=KEY), stdout=subprocess.DEVNULL)
+    def buffering_on(conf: str) -> str:
+        assert "proxy_buffering off;" in conf
+        return conf.replace("proxy_buffering off;", "proxy_buffering on;")
+
+    engine, port = live_proxies.start_standin(10, 60)
     gaps = {}
     try:
-        live_proxies.wait_for(port, engine, "the stand-in")
-        rendered = live_proxies.render
-        for mode in ("off", "on"):
+        for mode, edit in (("off", None), ("on", buffering_on)):
             (tmp_path / mode).mkdir()
-            if mode == "on":
-                live_proxies.render = lambda *a, **k: rendered(*a, **k).replace(
-                    "proxy_buffering off;", "proxy_buffering on;"
-                )
             try:
-                front, front_port = live_proxies.start_front_door(tmp_path / mode, port, {})
+                front, front_port = live_proxies.start_front_door(tmp_path / mode, port, {}, edit=edit)
             except live_proxies.Missing as exc:
                 pytest.skip(str(exc))
-            finally:
-                live_proxies.render = rendered
             try:
                 times = _arrivals(front_port, 20)
             finally:

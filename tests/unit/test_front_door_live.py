@@ -21,7 +21,6 @@ import http.client
 import http.server
 import json
 import shutil
-import ssl
 import subprocess
 import tempfile
 import threading
@@ -122,9 +121,7 @@ def _get(
     port: int, path: str = "/v1/models", source: str = GATEWAY, headers: dict | None = None, body: str | None = None
 ) -> tuple[int, str, Any]:
     """(status, content type, JSON body) of one HTTPS request from ``source`` (the certificate is not checked)."""
-    context = ssl.create_default_context()
-    context.check_hostname = False
-    context.verify_mode = ssl.CERT_NONE
+    context = live_proxies.unverified_tls()
     conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context, source_address=(source, 0))
     try:
         conn.request("POST" if body is not None else "GET", path, body=body, headers=headers or {})

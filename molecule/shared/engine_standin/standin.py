@@ -125,10 +125,8 @@ class Engine:
                 await self.send_json(writer, 400, error(f"invalid JSON: {exc}", "BadRequestError"), keep)
                 return
             await self.generate(writer, path.endswith("chat/completions"), request, keep)
-        elif path.startswith("/v1/") or path in ("/health", "/metrics"):
+        else:  # a known path with another method, or an unknown path
             await self.send_json(writer, 405 if path in ("/health", "/metrics") else 404, {"detail": "Not Found"}, keep)
-        else:
-            await self.send_json(writer, 404, {"detail": "Not Found"}, keep)
 
     async def send(self, writer, status: int, body: bytes, ctype: str, keep: bool) -> None:
         writer.write(
