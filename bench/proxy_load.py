@@ -47,6 +47,9 @@ from ansible.plugins.loader import init_plugin_loader  # noqa: E402
 if not any(type(finder).__name__ == "_AnsibleCollectionFinder" for finder in sys.meta_path):  # pytest's is set up
     init_plugin_loader(prefix_collections_path=[str(ROOT / "collections")])  # as tests/conftest.py does
 sys.path.insert(0, str(ROOT / "tests" / "unit"))
+sys.path.insert(0, str(ROOT / "molecule" / "shared" / "engine_standin"))
+import sse_client  # noqa: E402
+
 import live_proxies  # noqa: E402
 
 KEY = live_proxies.GATEWAY_KEY
@@ -57,13 +60,6 @@ HIGH_LIMITS_FRONT_DOOR = {
     "front_door_burst_per_key": 100000,
 }
 HIGH_LIMITS_GATEWAY = {"llm_gateway_rate_per_client": 10000000, "llm_gateway_rate_period_s": 10}
-
-
-def percentile(values: list[float], q: float) -> float | None:
-    if not values:
-        return None
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, max(0, round(q / 100 * len(ordered) + 0.5) - 1))]
 
 
 class Client:
@@ -90,28 +86,24 @@ class Client:
 
     async def stream(self, n: int) -> None:
         run = self.run
-        body = json.dumps(
-            {"model": "tiny", "messages": [{"role": "user", "content": f"stream {n}"}], "max_tokens": run.tokens,
-             "stream": True}
-        ).encode()  # fmt: skip
-        head = (
-            f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {KEY}\r\n"
-            f"Content-Type: application/json\r\nX-Session-Id: s{id(self) % 9973}\r\nContent-Length: {len(body)}\r\n\r\n"
-        ).encode()
+        body = {"model": "tiny", "messages": [{"role": "user", "content": f"stream {n}"}], "max_tokens": run.tokens,
+                "stream": True}  # fmt: skip
+        session = {"X-Session-Id": f"s{id(self) % 9973}"}
+        message = sse_client.request("/v1/chat/completions", "localhost", KEY, body, session)
         if self.writer is None:
             await self.connect()
         sent = time.perf_counter()
-        self.writer.write(head + body)
+        self.writer.write(message)
         await self.writer.drain()
         run.in_flight += 1
         run.most_in_flight = max(run.most_in_flight, run.in_flight)
         try:
-            status, headers = await self.read_head()
+            status, headers = await sse_client.read_head(self.reader)
             if status != 200:
-                await self.skip_body(headers)
+                await sse_client.skip_body(self.reader, headers)
                 run.errors.append(f"HTTP {status}")
                 return
-            times, done = await self.read_events(headers)
+            times, done = await sse_client.read_events(self.reader)
         finally:
             run.in_flight -= 1
         if times:
@@ -123,53 +115,6 @@ class Client:
             run.truncated += 1
         if headers.get("connection", "").lower() == "close":
             await self.close()
-
-    async def read_head(self) -> tuple[int, dict[str, str]]:
-        raw = await self.reader.readuntil(b"\r\n\r\n")
-        lines = raw.decode("latin-1").split("\r\n")
-        status = int(lines[0].split(" ")[1])
-        headers = {}
-        for line in lines[1:]:
-            name, _, value = line.partition(":")
-            if name:
-                headers[name.strip().lower()] = value.strip()
-        return status, headers
-
-    async def skip_body(self, headers: dict[str, str]) -> None:
-        if headers.get("transfer-encoding", "").lower() == "chunked":
-            async for _ in self.chunks():
-                pass
-        else:
-            await self.reader.readexactly(int(headers.get("content-length") or 0))
-
-    async def chunks(self):
-        while True:
-            size = int((await self.reader.readuntil(b"\r\n")).split(b";")[0], 16)
-            if size == 0:
-                await self.reader.readuntil(b"\r\n")
-                return
-            data = await self.reader.readexactly(size + 2)
-            yield data[:-2]
-
-    async def read_events(self, headers: dict[str, str]) -> tuple[list[float], bool]:
-        """The arrival time of each token event, and whether [DONE] came."""
-        times: list[float] = []
-        done = False
-        pending = b""
-        async for data in self.chunks():
-            pending += data
-            while b"\n\n" in pending:
-                event, pending = pending.split(b"\n\n", 1)
-                if not event.startswith(b"data: "):
-                    continue
-                payload = event[6:]
-                if payload == b"[DONE]":
-                    done = True
-                    continue
-                choices = json.loads(payload).get("choices") or []
-                if choices and choices[0].get("delta", {}).get("content"):
-                    times.append(time.perf_counter())
-        return times, done
 
     async def work(self) -> None:
         for n in range(self.run.requests):
@@ -202,7 +147,7 @@ class Run:
         wall = time.perf_counter() - started
 
         def ms(values: list[float], q: float) -> float | None:
-            value = percentile(values, q)
+            value = sse_client.percentile(values, q)
             return None if value is None else round(value * 1000, 2)
 
         return {

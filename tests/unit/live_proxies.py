@@ -179,6 +179,7 @@ def start_gateway(
             "__llm_gateway_keys_file": str(tmp / "keys.lst"),
             "__llm_gateway_backend_ca_dir": str(tmp),
             "__llm_gateway_socket": str(tmp / "admin.sock"),
+            "__llm_gateway_state_file": str(tmp / "server-state"),
             **knobs,
         },
     )  # fmt: skip

@@ -4,6 +4,13 @@
     standin.py --port 8000 [--host 127.0.0.1] [--served-model-name tiny] [--ttft-ms 50] [--itl-ms 10]
                [--max-model-len 2048]        (the API key, when set, comes from VLLM_API_KEY, as vLLM's does)
 
+On a test box of group gpubox_sim_standin it is vLLM's module: molecule/shared/prepare.yml installs it as
+vllm/entrypoints/openai/api_server.py on the unit's PYTHONPATH, so roles/vllm_service's own unit starts it
+with vLLM 0.7.3's command line (`python -m vllm.entrypoints.openai.api_server --model ... --port ...`).
+Flags it does not know are accepted and ignored (listed in its start line); the pace then comes from
+GPUBOX_STANDIN_TTFT_MS and GPUBOX_STANDIN_ITL_MS when set. Every answer to a completion carries
+``x-gpubox-standin-host: <hostname>``, so a test client can tell which box served it.
+
 It speaks what clients and gpubox's checks ask of vLLM 0.7.3 (vllm/entrypoints/openai/api_server.py):
 POST /v1/completions and /v1/chat/completions (JSON, or Server-Sent Events with ``"stream": true``: one
 chunk per token, then ``data: [DONE]``; ``stream_options.include_usage`` adds the usage chunk), GET
@@ -27,6 +34,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import time
 import uuid
 
@@ -78,6 +86,7 @@ class Engine:
         self.max_model_len = args.max_model_len
         self.key = os.environ.get("VLLM_API_KEY") or None
         self.stats = Stats()
+        self.host_header = f"x-gpubox-standin-host: {socket.gethostname()}\r\n"
 
     # --- HTTP/1.1 ----------------------------------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -130,7 +139,7 @@ class Engine:
 
     async def send(self, writer, status: int, body: bytes, ctype: str, keep: bool) -> None:
         writer.write(
-            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\ncontent-type: {ctype}\r\n"
+            f"HTTP/1.1 {status} {REASONS.get(status, 'Error')}\r\ncontent-type: {ctype}\r\n{self.host_header}"
             f"content-length: {len(body)}\r\nconnection: {'keep-alive' if keep else 'close'}\r\n\r\n".encode()
             + body
         )
@@ -197,7 +206,8 @@ class Engine:
         # chunked, as uvicorn sends vLLM's StreamingResponse
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
-            b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
+            + self.host_header.encode()
+            + b"transfer-encoding: chunked\r\nconnection: keep-alive\r\n\r\n"
         )
         kind = "chat.completion.chunk" if chat else "text_completion"
 
@@ -247,20 +257,28 @@ async def main_async(args: argparse.Namespace) -> None:
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    print(f"standin: serving {args.served_model_name} on {args.host}:{args.port} (TEST ONLY)", flush=True)
+    ignored = f"; ignored: {' '.join(args.ignored)}" if args.ignored else ""
+    print(f"standin: serving {args.served_model_name} on {args.host}:{args.port} (TEST ONLY){ignored}", flush=True)
     async with server:
         await stop.wait()
 
 
-def main() -> None:
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description="TEST ONLY: a stand-in for vLLM 0.7.3's OpenAI server")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)
-    parser.add_argument("--served-model-name", default="tiny")
-    parser.add_argument("--ttft-ms", type=float, default=50.0)
-    parser.add_argument("--itl-ms", type=float, default=10.0)
+    # vLLM takes one or more names and serves under the first
+    parser.add_argument("--served-model-name", nargs="+", default=["tiny"])
+    parser.add_argument("--ttft-ms", type=float, default=float(os.environ.get("GPUBOX_STANDIN_TTFT_MS") or 50))
+    parser.add_argument("--itl-ms", type=float, default=float(os.environ.get("GPUBOX_STANDIN_ITL_MS") or 10))
     parser.add_argument("--max-model-len", type=int, default=2048)
-    asyncio.run(main_async(parser.parse_args()))
+    args, args.ignored = parser.parse_known_args(argv)
+    args.served_model_name = args.served_model_name[0]
+    return args
+
+
+def main() -> None:
+    asyncio.run(main_async(parse()))
 
 
 if __name__ == "__main__":

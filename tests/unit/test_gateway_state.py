@@ -1,0 +1,85 @@
+"""A gateway reload keeps the boxes' states: roles/llm_gateway's saver (files/haproxy_save_state.py) writes the
+runtime API's `show servers state`, and the rendered haproxy.cfg (server-state-file, load-server-state-from-file)
+makes the next HAProxy start from it. Real HAProxy on loopback; without the saved file the box is back in the
+pool (the control), so the test can fail."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import live_proxies
+import pytest
+
+SAVER = live_proxies.ROOT / "roles" / "llm_gateway" / "files" / "haproxy_save_state.py"
+
+
+def runtime_api(sock: Path, command: str) -> str:
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(5)
+        s.connect(str(sock))
+        s.sendall(command.encode() + b"\n")
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data.decode()
+
+
+def status(sock: Path) -> str:
+    lines = runtime_api(sock, "show stat").splitlines()
+    head = lines[0].lstrip("# ").split(",")
+    rows = [dict(zip(head, line.split(","))) for line in lines[1:] if line]
+    return next(r["status"] for r in rows if r["pxname"] == "gpubox_boxes" and r["svname"] == "localhost")
+
+
+def wait_status(sock: Path, want: str) -> str:
+    seen = ""
+    for _ in range(50):
+        seen = status(sock)
+        if seen == want:
+            break
+        time.sleep(0.1)
+    return seen
+
+
+def test_a_drained_box_stays_drained_across_a_restart_from_the_saved_state(tmp_path: Path) -> None:
+    engine, engine_port = live_proxies.start_standin(10, 5)
+    (tmp_path / "box").mkdir()
+    try:
+        try:
+            front, front_port = live_proxies.start_front_door(tmp_path / "box", engine_port, {})
+        except live_proxies.Missing as exc:
+            pytest.skip(str(exc))
+        gw, sock, cert = tmp_path / "gw", tmp_path / "gw" / "admin.sock", tmp_path / "box" / "tls.crt"
+        try:
+            gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy-1.log")
+            assert wait_status(sock, "UP") == "UP"
+            runtime_api(sock, "set server gpubox_boxes/localhost state drain")
+            assert status(sock) == "DRAIN"
+            saved = subprocess.run([sys.executable, str(SAVER), str(sock), str(gw / "server-state")])
+            assert saved.returncode == 0 and (gw / "server-state").read_text().startswith("1\n")
+            live_proxies.stop(gateway)
+
+            gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy-2.log")
+            time.sleep(1)  # health checks run: a box loaded as drained stays drained
+            assert status(sock) == "DRAIN"
+            live_proxies.stop(gateway)
+
+            (gw / "server-state").unlink()  # the control: from the configuration alone, the box is back
+            gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy-3.log")
+            assert wait_status(sock, "UP") == "UP"
+        finally:
+            live_proxies.stop(gateway)
+            live_proxies.stop(front)
+    finally:
+        live_proxies.stop(engine)
+
+
+def test_the_saver_writes_nothing_when_haproxy_does_not_answer(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, str(SAVER), str(tmp_path / "none.sock"), str(tmp_path / "state")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert done.returncode == 0 and "no state saved" in done.stderr
+    assert not (tmp_path / "state").exists()
