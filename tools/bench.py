@@ -379,12 +379,8 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
     if results.is_file():
         r = json.loads(results.read_text())
         roll = r.get("rolling_rebuild") or {}
-        if roll:
-            lines.append(
-                f"- rolling rebuild (rebuild.yml, one box a turn): {float(roll['seconds']):.0f} s; "
-                f"client requests through the gateway meanwhile: {roll['requests']}, failed: {roll['failed']} "
-                f"(bound {roll['bound']})"
-            )
+        if roll.get("load"):
+            lines += fleet_load_lines(roll)
         down = r.get("box_down") or {}
         if down:
             lines.append(
@@ -403,6 +399,43 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
         if turn:
             lines.append(f"- rebuild with a failing box: requests {turn['requests']}, failed {turn['failed']}")
     return "\n".join(lines) + "\n"
+
+
+def fleet_load_lines(roll: dict) -> list[str]:
+    """Step (c) of molecule/fleet: the rolling rebuild under streaming load (molecule/fleet/stream_load.py)."""
+    load = roll["load"]
+    lines = [
+        "",
+        f"Rolling rebuild (rebuild.yml, one box a turn, HAProxy and nginx reloaded during it) under {roll['clients']} "
+        "streaming clients (10-30 s chats through the gateway, the engine stand-in on every box; 10 clients share one "
+        f"session): {float(roll['seconds']):.0f} s.",
+        "",
+        "| phase | streams | failed | truncated | TTFT p50 (ms) | TTFT p99 (ms) |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
+    for name in ("steady", "roll"):
+        p = load[name]
+        lines.append(
+            f"| {name} | {p['streams']} | {p['failed']} | {p['truncated']} | {p['ttft_p50_ms']} | {p['ttft_p99_ms']} |"
+        )
+    steady, during = load["steady"]["ttft_p99_ms"], load["roll"]["ttft_p99_ms"]
+    ratio = f"{during / steady:.2f}x" if steady and during else "n/a"
+    drains = "; ".join(
+        f"{box} {row['drain']['seconds']} s ({row['drain']['in_flight_at_drain']} in flight"
+        + (", TIMED OUT" if row["drain"].get("timed_out") else "")
+        + ")"
+        for box, row in roll["boxes"].items()
+        if row.get("drain")
+    )
+    lines += [
+        "",
+        f"- p99 TTFT during the roll / steady state: {ratio} (goal: within 2x)",
+        f"- drains (until the box's streams and any old HAProxy worker were done): {drains or 'not recorded'}",
+        f"- load per box in the steady state (mean streams in flight): {load['load_per_box']}; busiest / mean "
+        f"**{load['busiest_over_mean']}** (bound {roll['bound_busiest_over_mean']}); share of each session's streams "
+        f"on its most frequent box: **{load['session_share_on_own_box']}** (goal: at least 0.9)",
+    ]
+    return lines
 
 
 PROXY_LOAD = ROOT / "bench" / "proxy-load.json"

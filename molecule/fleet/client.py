@@ -9,11 +9,10 @@ and appends one JSON line per request to OUT: {"t": start time, "session": ..., 
 or 0, "error": ..., "seconds": ...}. It stops when STOPFILE exists. The key is read from KEYFILE
 (root-only), never from argv.
 
-Why so light: on the 2-core test machine the three boxes' CPU engines share the cores, and a vLLM
-worker busy-polls (sched_yield) for 1 s after every step. At 2 requests a second the serving boxes'
-workers kept core 0 busy and the restarting box's engine, bound to the same core, did not come up in
-4 minutes; with the client stopped it came up in seconds (measured in molecule/fleet). Real boxes do
-not share cores; the load here only has to be there while boxes leave and rejoin the pool.
+Why so light: the steps that use it ((d), (f), (g)) count the requests lost around one event (a box down, a
+failed turn, a GPU fault), and one completion every 3 s leaves a gap of at most 3 s. The load itself is
+stream_load.py's, in step (c). (It was first sized for three CPU engines sharing two cores, which the
+stand-in boxes no longer run.)
 """
 
 from __future__ import annotations

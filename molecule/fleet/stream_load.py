@@ -43,7 +43,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 # beside it in the gateway container; in the checkout, where the stand-in lives
 sys.path[:0] = [HERE, os.path.join(HERE, "..", "shared", "engine_standin")]
-import sse_client
+import sse_client  # noqa: E402
 
 
 class Load:

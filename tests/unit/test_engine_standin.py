@@ -155,3 +155,43 @@ def test_the_front_door_passes_each_event_on_as_it_comes_and_buffering_would_not
         live_proxies.stop(engine)
     assert gaps["off"] >= 10, gaps  # piece by piece (19 when nothing else runs)
     assert gaps["on"] <= 3, gaps  # the test can fail: buffered, the events come together
+
+
+def test_under_vllms_module_name_it_takes_the_production_command_line(tmp_path: Path) -> None:
+    """As molecule/shared/prepare.yml installs it for group gpubox_sim_standin: vllm/entrypoints/openai/api_server.py
+    (namespace packages) on PYTHONPATH, started with the 2x3090 box's own vLLM 0.7.3 arguments (the real renderer)."""
+    import os
+    import shutil
+    import socket
+    import subprocess
+    import sys
+
+    from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import vllm_args
+    from test_vllm_args import group_state
+
+    package = tmp_path / "vllm" / "entrypoints" / "openai"
+    package.mkdir(parents=True)
+    shutil.copy(live_proxies.STANDIN, package / "api_server.py")
+    port = live_proxies.free_port()
+    args = vllm_args({**group_state("gpu_2x3090"), "gpubox_port": port}, "127.0.0.1", True, True)
+    assert "--tensor-parallel-size" in args and "--middleware" in args  # flags the stand-in only takes
+    env = dict(os.environ, PYTHONPATH=str(tmp_path), GPUBOX_STANDIN_TTFT_MS="5", GPUBOX_STANDIN_ITL_MS="1")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "vllm.entrypoints.openai.api_server", *args],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        live_proxies.wait_for(port, proc, "stand-in")
+        conn = _connection(port, tls=False)
+        conn.request("GET", "/v1/models")
+        resp = conn.getresponse()
+        served = args[args.index("--served-model-name") + 1]
+        assert resp.status == 200 and json.loads(resp.read())["data"][0]["id"] == served
+        conn.request("POST", "/v1/completions", json.dumps({"prompt": "x", "max_tokens": 3}), {})
+        resp = conn.getresponse()
+        assert resp.status == 200 and resp.getheader("x-gpubox-standin-host") == socket.gethostname()
+        assert json.loads(resp.read())["usage"]["completion_tokens"] == 3
+    finally:
+        live_proxies.stop(proc)
+    start_line = proc.stdout.read()
+    assert "TEST ONLY" in start_line and "--tensor-parallel-size" in start_line, start_line

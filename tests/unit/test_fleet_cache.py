@@ -128,11 +128,16 @@ def test_bench_reports_the_fleet_waves_from_the_scenarios_record(tmp_path) -> No
         "note": "a note",
     }  # fmt: skip
     (tmp_path / "fleet.converge.json").write_text(json.dumps(converge))
-    (tmp_path / "fleet.results.json").write_text(
-        json.dumps({"rolling_rebuild": {"seconds": "300", "requests": 50, "failed": 0, "bound": 0}})
-    )
+    phase = {"streams": 80, "failed": 0, "truncated": 0, "ttft_p50_ms": 210.0, "ttft_p99_ms": 300.0}
+    roll = {"seconds": "300", "clients": 32, "bound_busiest_over_mean": 1.25,
+            "boxes": {"b1": {"drain": {"seconds": 12.5, "in_flight_at_drain": 9, "timed_out": False}}, "b2": {}},
+            "load": {"steady": phase, "roll": {**phase, "ttft_p99_ms": 450.0}, "load_per_box": {"b1": 11.0},
+                     "busiest_over_mean": 1.1, "session_share_on_own_box": 0.93}}  # fmt: skip
+    (tmp_path / "fleet.results.json").write_text(json.dumps({"rolling_rebuild": roll}))
     text = bench.fleet_bench_report(tmp_path)
     assert "| 2 | b2, b3 | 500 | 10 | 0 | 0 | 0 | 2,000 |" in text
     assert "1 box (cold cache) 400 s; 2 boxes at once (warm cache) 500 s; all 3: 900 s" in text
     assert "3 boxes / 1 box: **1.0100**" in text and "added 10 bytes" in text
-    assert "requests through the gateway meanwhile: 50, failed: 0" in text
+    assert "| roll | 80 | 0 | 0 | 210.0 | 450.0 |" in text
+    assert "steady state: 1.50x" in text and "b1 12.5 s (9 in flight)" in text
+    assert "busiest / mean **1.1** (bound 1.25)" in text and "**0.93**" in text

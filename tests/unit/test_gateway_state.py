@@ -11,8 +11,9 @@ import sys
 import time
 from pathlib import Path
 
-import live_proxies
 import pytest
+
+import live_proxies
 
 SAVER = live_proxies.ROOT / "roles" / "llm_gateway" / "files" / "haproxy_save_state.py"
 

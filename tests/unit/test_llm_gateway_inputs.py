@@ -91,6 +91,20 @@ def test_a_good_pool_passes(tmp_path):
             {"llm_gateway_backends": ["b1"], "llm_gateway_tls_ciphers": "HIGH; ssl-default-bind-options"},
             "llm_gateway_tls_ciphers is HIGH; ssl-default-bind-options: write an OpenSSL cipher list",
         ),
+        *(
+            (
+                {"llm_gateway_backends": ["b1"], "llm_gateway_hash_balance_factor": bad},
+                f"llm_gateway_hash_balance_factor is {bad}: give 0 (affinity without a load bound) or a percentage",
+            )
+            for bad in (100, 50, 1001, -5)
+        ),
+        *(
+            (
+                {"llm_gateway_backends": ["b1"], "llm_gateway_drain_timeout_s": bad},
+                f"llm_gateway_drain_timeout_s is {bad}: give 1-86400 s",
+            )
+            for bad in (0, 86401, -1)
+        ),
     ],
 )
 def test_bad_input_is_refused(tmp_path, gw_vars, expected):
@@ -98,6 +112,16 @@ def test_bad_input_is_refused(tmp_path, gw_vars, expected):
     assert done.returncode != 0
     assert expected in done.stdout
     assert "Nothing was changed" in done.stdout
+
+
+@pytest.mark.parametrize(
+    "gw_vars", [{"llm_gateway_hash_balance_factor": "1.25"}, {"llm_gateway_drain_timeout_s": "5m"}], ids=str
+)
+def test_a_value_that_is_no_number_is_refused_by_the_argument_spec(tmp_path, gw_vars):
+    done = validate(tmp_path, {"llm_gateway_backends": ["b1"], **gw_vars})
+    name = next(iter(gw_vars))
+    assert done.returncode != 0 and "Validating arguments against arg spec" in done.stdout
+    assert re.search(rf"{name}.*(convert|int)", done.stdout), done.stdout
 
 
 def test_a_gateway_that_is_a_gpu_box_is_refused(tmp_path):
@@ -145,3 +169,53 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
         < next(i for i, x in enumerate(frontend) if x.startswith("http-request return status 401"))
     )
     assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index("option forwardfor")
+
+
+def render_gateway(knobs: dict) -> list[str]:
+    from ansible.template import trust_as_template
+
+    import ansible_vars
+
+    templar, _ = ansible_vars.templar_for(
+        "unit-gw",
+        roles=("llm_gateway",),
+        groups=("fleet_cache",),
+        extra_vars={
+            "ansible_managed": "managed by a test",
+            "__llm_gateway_servers": [{"name": "b1", "address": "10.0.0.1", "port": 443}],
+            **knobs,
+        },
+    )
+    text = (ROOT / "roles/llm_gateway/templates/haproxy.cfg.j2").read_text()
+    return [line.strip() for line in templar.template(trust_as_template(text)).splitlines()]
+
+
+def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_states():
+    lines = render_gateway({})
+    backend = lines[lines.index("backend gpubox_boxes") :]
+    assert "hash-type consistent" in backend and "hash-balance-factor 125" in backend
+    assert not any(x.startswith("hash-balance-factor") for x in render_gateway({"llm_gateway_hash_balance_factor": 0}))
+    # the file the reload's saver writes (templates/server-state.conf.j2) is the one every section loads
+    assert "server-state-file /run/haproxy/gpubox-server-state" in lines
+    defaults = lines[lines.index("defaults") : lines.index("frontend gpubox_api")]
+    assert "load-server-state-from-file global" in defaults
+
+
+def test_the_reload_saves_the_states_between_the_check_and_the_signal():
+    from ansible.template import trust_as_template
+
+    import ansible_vars
+
+    templar, _ = ansible_vars.templar_for(
+        "unit-gw", roles=("llm_gateway",), groups=("fleet_cache",), extra_vars={"ansible_managed": "managed"}
+    )
+    text = (ROOT / "roles/llm_gateway/templates/server-state.conf.j2").read_text()
+    lines = [x for x in templar.template(trust_as_template(text)).splitlines() if x.startswith("Exec")]
+    assert lines == [
+        "ExecStartPre=/bin/rm -f /run/haproxy/gpubox-server-state",
+        "ExecReload=",
+        "ExecReload=/usr/sbin/haproxy -Ws -f $CONFIG -c -q $EXTRAOPTS",
+        "ExecReload=/usr/bin/python3 /usr/local/lib/gpubox/haproxy_save_state.py /run/haproxy/gpubox-admin.sock "
+        "/run/haproxy/gpubox-server-state",
+        "ExecReload=/bin/kill -USR2 $MAINPID",
+    ]

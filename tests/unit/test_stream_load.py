@@ -12,8 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-import live_proxies
 import pytest
+
+import live_proxies
 
 SCRIPT = live_proxies.ROOT / "molecule" / "fleet" / "stream_load.py"
 spec = importlib.util.spec_from_file_location("stream_load", SCRIPT)
