@@ -152,15 +152,20 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def haproxy_binary() -> str:
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+    if haproxy is None:
+        raise Missing("haproxy (Debian's package) is needed to run the gateway on loopback")
+    return haproxy
+
+
 def start_gateway(
     tmp: Path, box_port: int, box_cert: Path, knobs: dict, log: Path | None = None
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``).
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
-    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
-    if haproxy is None:
-        raise Missing("haproxy (Debian's package) is needed to run the gateway on loopback")
+    haproxy = haproxy_binary()
     tmp.mkdir(parents=True, exist_ok=True)
     cert, key = self_signed(tmp)
     (tmp / "tls.pem").write_bytes(cert.read_bytes())

@@ -196,7 +196,7 @@ def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_stat
     assert "hash-type consistent" in backend and "hash-balance-factor 125" in backend
     assert not any(x.startswith("hash-balance-factor") for x in render_gateway({"llm_gateway_hash_balance_factor": 0}))
     # the file the reload's saver writes (templates/server-state.conf.j2) is the one every section loads
-    assert "server-state-file /run/haproxy/gpubox-server-state" in lines
+    assert "server-state-file /run/gpubox-gateway/server-state" in lines
     defaults = lines[lines.index("defaults") : lines.index("frontend gpubox_api")]
     assert "load-server-state-from-file global" in defaults
 
@@ -212,10 +212,10 @@ def test_the_reload_saves_the_states_between_the_check_and_the_signal():
     text = (ROOT / "roles/llm_gateway/templates/server-state.conf.j2").read_text()
     lines = [x for x in templar.template(trust_as_template(text)).splitlines() if x.startswith("Exec")]
     assert lines == [
-        "ExecStartPre=/bin/rm -f /run/haproxy/gpubox-server-state",
+        "ExecStartPre=/bin/rm -f /run/gpubox-gateway/server-state",
         "ExecReload=",
         "ExecReload=/usr/sbin/haproxy -Ws -f $CONFIG -c -q $EXTRAOPTS",
-        "ExecReload=/usr/bin/python3 /usr/local/lib/gpubox/haproxy_save_state.py /run/haproxy/gpubox-admin.sock "
-        "/run/haproxy/gpubox-server-state",
+        "ExecReload=/usr/bin/python3 /usr/local/lib/gpubox/haproxy_save_state.py /run/gpubox-gateway/admin.sock "
+        "/run/gpubox-gateway/server-state",
         "ExecReload=/bin/kill -USR2 $MAINPID",
     ]
