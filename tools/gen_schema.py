@@ -38,6 +38,8 @@ SPECS_HEAD = """\
 # Each option's type is checked by Ansible before any task of a role that depends on gpubox runs; the fact's
 # own checks (ranges, patterns, cross-checks) are plugins/module_utils/state_checks.py's, the one validator. A
 # type wider than the fact (raw, or no choices) says why: a real type there would refuse what it accepts.
+# ansible-core 2.19's int and float conversions raise on inf and on an integer too large for a float (10**400):
+# such a value stops the run here too, before any change, but with Ansible's message, which names no variable.
 """
 
 ENTRY_POINTS = (
