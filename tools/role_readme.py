@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Keep each role README's variables table, and the table of the desired state's facts in
-docs/deploy.md, in step with meta/argument_specs.yml.
+docs/deploy.md, in step with meta/argument_specs.yml (roles/gpubox's: with the table both its spec and its
+defaults are generated from, plugins/module_utils/desired_state_schema.py; tools/gen_schema.py runs this).
 
 Tables live between the markers below; everything else in a README is hand-written.
 `role_readme.py` rewrites the tables; `role_readme.py --check` exits 1 when one is stale.
@@ -26,17 +27,35 @@ def cell(value) -> str:
     return text.replace("|", "\\|").replace("\n", " ").strip()
 
 
-def rows(role: Path, names: set[str] | None = None) -> list[str]:
+def _options(role: Path) -> list[tuple[str, dict, str | None]]:
+    """(name, spec option, the type as the table says it or None) of each main option.
+
+    roles/gpubox's come from the table its spec is generated from (desired_state_schema.py): the type with
+    its range, the description without it.
+    """
     specs = yaml.safe_load((role / "meta" / "argument_specs.yml").read_text())["argument_specs"]
+    options = specs["main"].get("options") or {}
+    if role.name != "gpubox":
+        return [(name, opt, None) for name, opt in options.items()]
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
+
+    out = []
+    for row in schema.ROWS:
+        opt = {"default": row.default, "description": row.description}
+        opt |= {"choices": list(row.choices)} if row.choices and not row.type_note else {}
+        out.append((row.name, opt, row.doc_type or row.type))
+    return out
+
+
+def rows(role: Path, names: set[str] | None = None) -> list[str]:
     out = ["| variable | type | default | description |", "|---|---|---|---|"]
-    for name, opt in (specs["main"].get("options") or {}).items():
+    for name, opt, doc_type in _options(role):
         if names is not None and name not in names:
             continue
         default = opt.get("default", None)
-        kind = opt.get("type", "str")
+        kind = doc_type or opt.get("type", "str")
         description = str(opt.get("description", ""))
-        # Desired-state facts are typed raw (their validator is state_checks.py); the description
-        # opens with the real type in parentheses.
+        # An option typed raw may open its description with its real type in parentheses.
         if kind == "raw" and description.startswith("(") and ")" in description:
             kind, description = description[1:].split(")", 1)
         if default is None:

@@ -204,7 +204,7 @@ class Suite:
 
     def fresh(self) -> int:
         # 0. A dry run on the fresh box: every layer says what it would do, nothing fails, nothing is written.
-        rc, recap, _ = self.play("0-check-fresh", "playbooks/site.yml", "--check", "--diff")
+        rc, recap, _ = self.play("0-check-fresh", "site.yml", "--check", "--diff")
         self.check(rc == 0 and recap.get("failed") == 0, "site.yml --check --diff passes on the fresh box")
         self.check(
             self.lock_commit() is None
@@ -225,7 +225,7 @@ class Suite:
         self.check(self.fact()["commit"] == a and f"at commit {a}" in self.unit(), "A is published and in the unit")
         saved = self.out / "models.lock.json.after-1"
         shutil.copy(self.args.lock, saved)
-        rc, recap, text = self.play("1-check-converged", "playbooks/site.yml", "--check", "--diff")
+        rc, recap, text = self.play("1-check-converged", "site.yml", "--check", "--diff")
         changed = changed_tasks(text)
         self.check(
             rc == 0 and recap.get("changed") == 0,
@@ -237,7 +237,7 @@ class Suite:
         self.sh(f"echo {b} > {BRANCH_FILE}")
         self.check(self.hub("/_health")["Data"]["commit"] == b, "the hub's master now names B")
         mark = self.log_mark()
-        rc, recap, _ = self.play("2-pinned", "playbooks/site.yml", *tags)
+        rc, recap, _ = self.play("2-pinned", "site.yml", *tags)
         self.check(rc == 0 and recap.get("changed") == 0, "with master moved upstream, a re-run changes nothing")
         self.check(self.file_gets(mark) == [] and self.fact()["commit"] == a, "still A, no file fetched")
 
@@ -245,7 +245,7 @@ class Suite:
         rc, recap, _ = self.play("3-lock-models", "playbooks/lock_models.yml")
         self.check(rc == 0 and recap.get("changed") == 1 and self.lock_commit() == b, "lock_models.yml locked B")
         mark, since = self.log_mark(), time.time() - 1
-        rc, _, _ = self.play("3-to-b", "playbooks/site.yml", *tags)
+        rc, _, _ = self.play("3-to-b", "site.yml", *tags)
         gets = self.file_gets(mark)
         fact = self.fact()
         self.check(rc == 0 and fact["commit"] == b and f"at commit {b}" in self.unit(), "B published and served")
@@ -259,7 +259,7 @@ class Suite:
         # 4. Roll back: the lock reverted (as `git checkout models.lock.json` would) -> the kept A.
         shutil.copy(saved, self.args.lock)
         mark, since = self.log_mark(), time.time() - 1
-        rc, _, _ = self.play("4-rollback", "playbooks/site.yml", *tags)
+        rc, _, _ = self.play("4-rollback", "site.yml", *tags)
         gets = self.file_gets(mark)
         fact = self.fact()
         self.check(rc == 0 and fact["commit"] == a and f"at commit {a}" in self.unit(), "rolled back to A")
@@ -307,7 +307,7 @@ class Suite:
         self.check(self.verify_fact()["ok"] is False, "the failed verification is recorded in the local facts")
         before = self.fact()["version_path"]
         mark, since = self.log_mark(), time.time() - 1
-        rc, _, _ = self.play("5-repair", "playbooks/site.yml", *tags)
+        rc, _, _ = self.play("5-repair", "site.yml", *tags)
         gets = self.file_gets(mark)
         fact = self.fact()
         self.check(
@@ -326,7 +326,7 @@ class Suite:
         # 6. The store moves: published and served from the new root; the old one left as it was.
         old = self.snapshot(ROOT)
         moved = ("-e", f"gpubox_model_root={MOVED}", *tags)
-        rc, _, text = self.play("6-move", "playbooks/site.yml", *moved)
+        rc, _, text = self.play("6-move", "site.yml", *moved)
         fact = self.fact()
         self.check(rc == 0 and fact["path"] == f"{MOVED}/{NAME}", "published at the new root")
         self.check(f"{MOVED}/{NAME}" in self.unit(), "the unit serves the new root (ready: the restart's gate)")
@@ -334,7 +334,7 @@ class Suite:
             fact.get("previous_path") == f"{ROOT}/{NAME}" and "left in place" in text, "the old root is reported"
         )
         self.check(self.snapshot(ROOT) == old, "the old root is untouched")
-        rc, recap, _ = self.play("6-move-again", "playbooks/site.yml", *moved)
+        rc, recap, _ = self.play("6-move-again", "site.yml", *moved)
         self.check(rc == 0 and recap.get("changed") == 0, "a second run at the new root changes nothing")
         moved_check = self.rehash_by_timer_service()
         self.check(

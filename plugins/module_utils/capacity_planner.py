@@ -90,6 +90,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, value_text, vllm_words
 
 GIB = 1024**3
@@ -145,24 +146,9 @@ MAX_GPU_MIB = 2**24
 MAX_GPUS = 64
 MAX_SERVING_INT = 2**26
 
-# One table from the planner's input keys to the inventory variables (group_vars) that set them.
-INVENTORY_NAMES = {
-    "serving.tensor_parallel_size": "gpubox_tensor_parallel_size",
-    "serving.pipeline_parallel_size": "gpubox_pipeline_parallel_size",
-    "serving.gpu_memory_utilization": "gpubox_gpu_memory_utilization",
-    "serving.max_model_len": "gpubox_max_model_len",
-    "serving.max_num_seqs": "gpubox_max_num_seqs",
-    "serving.max_num_batched_tokens": "gpubox_max_num_batched_tokens",
-    "serving.kv_cache_dtype": "gpubox_kv_cache_dtype",
-    "serving.enforce_eager": "gpubox_enforce_eager",
-    "serving.block_size": "gpubox_block_size",
-    "gpu.name": "gpubox_gpu_name",
-    "gpu.memory_total_mib": "gpubox_gpu_memory_mib",
-    "gpu.count": "gpubox_gpu_count",
-    "model": "gpubox_model_id",
-    "model.torch_dtype": "gpubox_model_dtype",
-    "model.quantization": "gpubox_model_quantization",
-}
+# The planner's input keys and the inventory variables (group_vars) that set them, from the one table of the
+# desired state (desired_state_schema.py: each row's planner key).
+INVENTORY_NAMES = schema.inventory_names()
 
 
 def var(key: str) -> str:

@@ -1,9 +1,10 @@
 """The desired state of a gpubox: every fact a box is built from, and its one validator.
 
 A fact (the GPUs expected, the model, the serving profile, the port, the key, the model root, the
-environment prefix, ...) has ONE name, ``gpubox_*``, and ONE default, in ``roles/gpubox/defaults/main.yml``
-(declared with equal values in ``roles/gpubox/meta/argument_specs.yml``). This module holds no
-defaults: it knows how each fact is checked and normalized. Preflight, every role that consumes a
+environment prefix, ...) has ONE name, ``gpubox_*``, and ONE row in ``desired_state_schema.py`` (its type,
+default, hint, flag), from which ``roles/gpubox/defaults/main.yml`` and ``meta/argument_specs.yml`` are
+generated. This module holds no defaults: it knows how each fact is checked and normalized (FACTS: the
+table's rows with their checkers). Preflight, every role that consumes a
 fact (through the ``gpubox.gpubox.desired_state`` lookup or the modules), ``make plan`` and the
 report use :func:`validate`, so nothing preflight accepts is refused later and nothing a role would
 refuse gets past preflight.
@@ -23,41 +24,20 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, net_checks, value_text
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
 
-# vLLM 0.7.3's vocabulary, from a leaf module (tests/unit/test_imports.py walks the imports: no cycle).
-from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import (
-    BLOCK_SIZES,
-    DTYPES,
-    KV_CACHE_DTYPES,
-    QUANTIZATIONS,
-)
+# vLLM 0.7.3's vocabulary comes from a leaf module (tests/unit/test_imports.py walks the imports: no cycle).
+from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, net_checks, value_text, vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import BLOCK_SIZES
 
-# The flags gpubox renders from facts (plugins/module_utils/vllm_cmdline.py), and what sets each.
-RENDERED_FLAGS: dict[str, str] = {
-    "--model": "gpubox_model_root (the published model directory)",
-    "--served-model-name": "gpubox_served_model_name",
-    "--host": "vllm_service_host",
-    "--port": "gpubox_port",
-    "--tensor-parallel-size": "gpubox_tensor_parallel_size",
-    "--pipeline-parallel-size": "gpubox_pipeline_parallel_size",
-    "--gpu-memory-utilization": "gpubox_gpu_memory_utilization",
-    "--max-model-len": "gpubox_max_model_len",
-    "--max-num-seqs": "gpubox_max_num_seqs",
-    "--max-num-batched-tokens": "gpubox_max_num_batched_tokens",
-    "--dtype": "gpubox_model_dtype",
-    "--quantization": "gpubox_model_quantization",
-    "--kv-cache-dtype": "gpubox_kv_cache_dtype",
-    "--block-size": "gpubox_block_size",
-    "--enforce-eager": "gpubox_enforce_eager",
-    "--disable-log-requests": "vllm_service_disable_log_requests",
-}
-# Single-dash aliases vLLM 0.7.3 defines for rendered flags (argparse also reads "-q awq" as "-qawq").
-FLAG_ALIASES: dict[str, str] = {
-    "-tp": "--tensor-parallel-size",
-    "-pp": "--pipeline-parallel-size",
-    "-q": "--quantization",
-}
+# The word lists the table's choice facts are checked against, still readable here.
+DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS = vllm_words.DTYPES, vllm_words.KV_CACHE_DTYPES, vllm_words.QUANTIZATIONS
+
+# The flags gpubox renders (plugins/module_utils/vllm_cmdline.py), and what sets each, in command-line order; and
+# the single-dash aliases vLLM 0.7.3 defines for them (argparse also reads "-q awq" as "-qawq"). Both from the
+# one table of the desired state (desired_state_schema.py).
+RENDERED_FLAGS: dict[str, str] = schema.rendered_flags()
+FLAG_ALIASES: dict[str, str] = schema.flag_aliases()
 SECRET_FLAGS = ("--api-key",)
 # vLLM 0.7.3 flags that change what GPU memory holds or how much a request may take, which the capacity
 # planner and preflight do not model: refused in gpubox_vllm_extra_args, each with why and what to set instead
@@ -481,45 +461,38 @@ class Fact:
     hint: str = ""
 
 
-_TOPOLOGY = "put the host in one topology group (gpu_2x3090, gpu_4x4090) whose group_vars set it"
-
-FACTS: dict[str, Fact] = {
-    "gpubox_gpu_name": Fact(_gpu_name, True, _TOPOLOGY),
-    "gpubox_gpu_count": Fact(_int(1, 64, "2"), True, _TOPOLOGY),
-    "gpubox_gpu_memory_mib": Fact(_int(1024, 1 << 22, "24576"), True, _TOPOLOGY),
-    "gpubox_model_id": Fact(_model_id, True, _TOPOLOGY),
-    "gpubox_model_revision": Fact(
-        _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"),
-        True,
-        "set the revision to serve (a commit pins the weights)",
-    ),
-    # The lock of moving revisions, on the controller (plugins/module_utils/lock_file.py).
-    "gpubox_model_lock_file": Fact(_lock_file),
-    "gpubox_model_dtype": Fact(_choice(DTYPES, "vLLM 0.7.3 --dtype"), True, "use auto, or the model's torch_dtype"),
-    "gpubox_model_quantization": Fact(_choice(QUANTIZATIONS, "vLLM 0.7.3 --quantization; null for none")),
-    "gpubox_model_config": Fact(_model_config),
-    "gpubox_tensor_parallel_size": Fact(_int(1, 64, "2"), True, _TOPOLOGY),
-    "gpubox_pipeline_parallel_size": Fact(_int(1, 64, "1"), True, "use 1"),
-    "gpubox_gpu_memory_utilization": Fact(_fraction, True, "use 0.9"),
-    "gpubox_max_model_len": Fact(_int(1, 1 << 24, "8192"), True, _TOPOLOGY),
-    "gpubox_max_num_seqs": Fact(_int(1, 1 << 16, "256"), True, "use 256 (vLLM's default)"),
-    "gpubox_max_num_batched_tokens": Fact(_int(1, 1 << 24, "8192")),
-    "gpubox_kv_cache_dtype": Fact(_choice(KV_CACHE_DTYPES, "vLLM 0.7.3 --kv-cache-dtype"), True, "use auto"),
-    "gpubox_block_size": Fact(_block_size),
-    "gpubox_enforce_eager": Fact(_bool, True, "use false"),
-    "gpubox_served_model_name": Fact(_served_name, True, _TOPOLOGY),
-    "gpubox_port": Fact(_int(1, 65535, "8000"), True, "use 8000"),
-    "gpubox_vllm_extra_args": Fact(_extra_args, True, "use []"),
-    "gpubox_api_key": Fact(_api_key, True, "set vault_gpubox_api_key in Ansible Vault"),
-    "gpubox_model_root": Fact(_abs_dir("the model store", "/data/models"), True, "use /data/models"),
-    "gpubox_env_prefix": Fact(_abs_dir("the Python environment", "/opt/gpubox/venv"), True, "use /opt/gpubox/venv"),
-    "gpubox_front_door_enabled": Fact(_bool, True, "use true (nginx with TLS in front of vLLM)"),
-    "gpubox_front_door_port": Fact(_int(1, 65535, "443"), True, "use 443"),
-    "gpubox_scrape_networks": Fact(_networks, True, "use [] (loopback only) or your Prometheus networks"),
-    # The LAN cache host (roles/fleet_cache); unset or '' = every box goes upstream itself.
-    "gpubox_fleet_cache_url": Fact(_cache_url),
+# The checkers a row of the table names by its ``check`` (the generic ones are built from the row's fields).
+_CHECKERS: dict[str, Callable[[str, Any], Any]] = {
+    "gpu_name": _gpu_name,
+    "model_id": _model_id,
+    "revision": _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"),
+    "lock_file": _lock_file,  # the lock of moving revisions, on the controller (lock_file.py)
+    "model_config": _model_config,
+    "block_size": _block_size,
+    "served_name": _served_name,
+    "extra_args": _extra_args,
+    "api_key": _api_key,
+    "model_root": _abs_dir("the model store", "/data/models"),
+    "env_prefix": _abs_dir("the Python environment", "/opt/gpubox/venv"),
+    "networks": _networks,
+    "cache_url": _cache_url,  # the LAN cache host (roles/fleet_cache); unset or '' = every box goes upstream
+    "fraction": _fraction,
+    "bool": _bool,
 }
-SECRET_FACTS = frozenset({"gpubox_api_key"})
+
+
+def _checker(row: schema.Row) -> Callable[[str, Any], Any]:
+    if row.check == "int":
+        return _int(row.low, row.high, row.example)
+    if row.check == "choice":
+        flag = row.flag.name if row.flag else row.name
+        return _choice(row.choices, f"vLLM 0.7.3 {flag}" + ("" if row.required else "; null for none"))
+    return _CHECKERS[row.check]
+
+
+# Every desired-state fact of the table, in its order: how it is checked, whether null is an error, the fix.
+FACTS: dict[str, Fact] = {row.name: Fact(_checker(row), row.required, row.hint) for row in schema.FACT_ROWS}
+SECRET_FACTS = schema.SECRET_FACTS
 
 
 def check(name: str, value: Any) -> tuple[Any, str | None]:

@@ -14,24 +14,11 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
 from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
-# Flags rendered from facts, in order: (flag, fact). Boolean facts render as a bare flag when true.
-_VALUE_FLAGS = (("--served-model-name", "gpubox_served_model_name"),)
-_SERVING_FLAGS = (
-    ("--tensor-parallel-size", "gpubox_tensor_parallel_size"),
-    ("--pipeline-parallel-size", "gpubox_pipeline_parallel_size"),
-    ("--gpu-memory-utilization", "gpubox_gpu_memory_utilization"),
-    ("--max-model-len", "gpubox_max_model_len"),
-    ("--max-num-seqs", "gpubox_max_num_seqs"),
-    ("--max-num-batched-tokens", "gpubox_max_num_batched_tokens"),
-    ("--dtype", "gpubox_model_dtype"),
-    ("--quantization", "gpubox_model_quantization"),
-    ("--kv-cache-dtype", "gpubox_kv_cache_dtype"),
-    ("--block-size", "gpubox_block_size"),
-)
-# Values equal to vLLM's own default are left out (the command line stays the seed's).
-_OMIT_WHEN = {"gpubox_pipeline_parallel_size": 1, "gpubox_kv_cache_dtype": "auto"}
+# Every flag rendered from a fact or a role knob comes from the one table (desired_state_schema.py), in its
+# command-line order; a value flag is left out when null or equal to vLLM's own default (the flag's omit).
 RENDERED_FLAGS = frozenset(state_checks.RENDERED_FLAGS)
 SECRET_FLAGS = frozenset(state_checks.SECRET_FLAGS)
 
@@ -81,20 +68,19 @@ def vllm_args(
         raise VllmProfileError(
             f"vllm_service_disable_log_requests must be true or false, got {disable_log_requests!r}."
         )
-    root, model_id = _fact(state, "gpubox_model_root"), _fact(state, "gpubox_model_id")
-    args = ["--model", f"{root}/{model_id.rsplit('/', 1)[1]}"]
-    for flag, name in _VALUE_FLAGS:
-        args += [flag, _text(_fact(state, name))]
-    args += ["--host", host, "--port", str(_fact(state, "gpubox_port"))]
-    for flag, name in _SERVING_FLAGS:
-        value = _fact(state, name)
-        if value is None or _OMIT_WHEN.get(name, object()) == value:
+    knobs = {"--host": host, "--disable-log-requests": disable_log_requests}
+    args: list[str] = []
+    for flag, name in schema.command_line():
+        if flag.name == "--model":
+            root, model_id = _fact(state, "gpubox_model_root"), _fact(state, "gpubox_model_id")
+            args += ["--model", f"{root}/{model_id.rsplit('/', 1)[1]}"]
             continue
-        args += [flag, _text(value)]
-    if _fact(state, "gpubox_enforce_eager"):
-        args.append("--enforce-eager")
-    if disable_log_requests:
-        args.append("--disable-log-requests")
+        value = _fact(state, name) if name else knobs[flag.name]
+        if flag.renders == "switch":
+            if value:
+                args.append(flag.name)
+        elif value is not None and value not in flag.omit:
+            args += [flag.name, _text(value)]
     if not isinstance(refuse_request_chat_template, bool):
         raise VllmProfileError(
             "vllm_service_allow_request_chat_template must be true or false, "

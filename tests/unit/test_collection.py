@@ -283,8 +283,17 @@ ROLES_PLAY = """\
   gather_facts: false
   roles:
     - gpubox.gpubox.preflight
-- name: The collection's own site playbook
-  ansible.builtin.import_playbook: gpubox.gpubox.site
+# site.yml's stages, in its order, each by its FQCN (site.yml itself imports them by path)
+- name: Preflight stage of the installed collection
+  ansible.builtin.import_playbook: gpubox.gpubox.preflight
+- name: LAN cache stage of the installed collection
+  ansible.builtin.import_playbook: gpubox.gpubox.fleet_cache
+- name: Host stage of the installed collection
+  ansible.builtin.import_playbook: gpubox.gpubox.host
+- name: Serving stage of the installed collection
+  ansible.builtin.import_playbook: gpubox.gpubox.serving
+- name: Report stage of the installed collection
+  ansible.builtin.import_playbook: gpubox.gpubox.report
 """
 COMMIT = "0123456789abcdef" * 2 + "01234567"
 
@@ -306,6 +315,8 @@ def run_installed_play(bindir: Path, installed: Path, env: dict[str, str], work:
     lock = json.loads((work / "models.lock.json").read_text())
     assert lock["models"]["Qwen/Qwen2.5-0.5B-Instruct@master"]["commit"] == COMMIT
     run([playbook, "-i", "localhost,", "--syntax-check", "roles.yml"], work, env)
+    # the shipped entry point, from the installed copy: its stages by path
+    run([playbook, "-i", "localhost,", "--syntax-check", str(installed / "site.yml")], work, env)
     assert (installed / "roles" / "preflight" / "tasks" / "main.yml").is_file()
 
 

@@ -14,12 +14,13 @@ from functools import cache
 from pathlib import Path
 
 import pytest
+import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 ROLES = {p.name for p in (ROOT / "roles").iterdir() if p.is_dir()}
 PREFLIGHT_PLAY = "Preflight (checks only, changes nothing)"
-REBOOT_GATE_PLAY = "Reboot once when the host layer needs it"
+REBOOT_GATE_PLAY = "Reboot gate (one gated reboot when the host layer needs it)"
 REPORT_PLAY = "Report what the box runs"
 ARGSPEC = "Validating arguments against arg spec"
 # The roles whose tasks each tag runs besides preflight (the shared gpubox role may appear in any).
@@ -58,7 +59,7 @@ class Task:
 
 
 @cache
-def listed(*args: str) -> tuple[Task, ...]:
+def list_tasks(*args: str) -> str:
     proc = subprocess.run(
         [str(ANSIBLE_PLAYBOOK), "site.yml", "-i", "inventories/production", "--list-tasks", *args],
         cwd=ROOT,
@@ -67,8 +68,14 @@ def listed(*args: str) -> tuple[Task, ...]:
         check=False,
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+@cache
+def listed(*args: str) -> tuple[Task, ...]:
+    stdout = list_tasks(*args)
     tasks, play = [], None
-    for line in proc.stdout.splitlines():
+    for line in stdout.splitlines():
         if m := _PLAY.match(line):
             play = m["name"]
         elif (m := _TASK.match(line)) and play:
@@ -76,7 +83,7 @@ def listed(*args: str) -> tuple[Task, ...]:
             name, role = (rest, role) if sep and role in ROLES else (m["task"], None)
             tags = frozenset(t.strip() for t in m["tags"].split(",") if t.strip())
             tasks.append(Task(play, role, name, tags))
-    assert tasks, proc.stdout
+    assert tasks, stdout
     return tuple(tasks)
 
 
@@ -110,7 +117,10 @@ def test_a_tag_runs_preflight_and_its_layer_only(tag: str) -> None:
 
 def test_model_tag_republishes_only_the_model() -> None:
     layer = layer_tasks("model")
-    assert layer and {t.role for t in layer if t.role} == {"model_store"}
+    # besides model_store, only the play's start (playbooks/tasks/fresh_start.yml): its dpkg recovery
+    dpkg = {t["name"] for t in yaml.safe_load((ROOT / "roles/gpubox/tasks/dpkg_recover.yml").read_text())}
+    assert layer and {t.role for t in layer if t.role and t.name not in dpkg} == {"model_store"}
+    assert {t.name for t in layer if t.role == "gpubox"} == dpkg
     assert {t.play for t in layer} == {"Serve the model with vLLM"}
 
 
@@ -119,3 +129,20 @@ def test_every_layer_task_has_a_layer_tag() -> None:
         t for t in listed() if t.play != PREFLIGHT_PLAY and not t.name.startswith(ARGSPEC) and not t.tags & set(LAYERS)
     ]
     assert not untagged, untagged
+
+
+def test_each_play_is_listed_once_and_the_shared_start_once_per_play() -> None:
+    everything = listed()
+    plays = [m["name"] for line in list_tasks().splitlines() if (m := _PLAY.match(line))]
+    assert len(plays) == len(set(plays)), plays
+    # playbooks/tasks/fresh_start.yml, imported by the host, metrics and serving plays, each once
+    starts = [t.play for t in everything if t.name == "Forget the cached facts (they may predate a reboot)"]
+    assert starts == ["Drive, tune and check the GPUs", "Export the box's metrics", "Serve the model with vLLM"]
+
+
+def test_metrics_tag_sets_up_node_exporter_once_and_rewrites_the_textfile_after_vllm() -> None:
+    layer = layer_tasks("metrics")
+    role_plays = {t.play for t in layer if t.role == "metrics"}
+    assert role_plays == {"Export the box's metrics"}, role_plays
+    refresh = [t for t in layer if t.name.startswith("Write the box's metrics again")]
+    assert [t.play for t in refresh] == ["Serve the model with vLLM"], refresh
