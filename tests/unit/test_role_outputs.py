@@ -29,6 +29,7 @@ OWNERS = {
     "gpubox_front_door": "front_door",
     "gpubox_serving": "vllm_service",
     "gpubox_gateway": "llm_gateway",
+    "llm_gateway_drain_result": "llm_gateway",
     "gpubox_reboot": "gpubox",
 }
 _FACT_FILE = re.compile(r"facts\.d/([a-z0-9_]+)\.fact\b")
