@@ -129,23 +129,33 @@ def test_a_gateway_that_is_a_gpu_box_is_refused(tmp_path):
     assert done.returncode != 0 and "the gateway host gw is in gpu_boxes" in done.stdout
 
 
-def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
-    from ansible.template import trust_as_template
-
+def gateway_templar(knobs: dict | None = None):
+    """The gateway host's templar and variables (the role's defaults and vars, one box), ``knobs`` over them."""
     import ansible_vars
 
-    templar, variables = ansible_vars.templar_for(
+    return ansible_vars.templar_for(
         "unit-gw",
         roles=("llm_gateway",),
         groups=("fleet_cache",),
         extra_vars={
             "ansible_managed": "managed by a test",
             "__llm_gateway_servers": [{"name": "b1", "address": "10.0.0.1", "port": 443}],
+            **(knobs or {}),
         },
     )
-    text = (ROOT / "roles/llm_gateway/templates/haproxy.cfg.j2").read_text()
-    conf = templar.template(trust_as_template(text))
-    lines = [line.strip() for line in conf.splitlines()]
+
+
+def render(template: str, knobs: dict | None = None) -> list[str]:
+    from ansible.template import trust_as_template
+
+    templar, _ = gateway_templar(knobs)
+    text = (ROOT / "roles/llm_gateway/templates" / template).read_text()
+    return [line.strip() for line in templar.template(trust_as_template(text)).splitlines()]
+
+
+def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
+    templar, variables = gateway_templar()
+    lines = render("haproxy.cfg.j2")
     ciphers = templar.template(variables["llm_gateway_tls_ciphers"])
     # Mozilla intermediate: AEAD with ECDHE/DHE only, one fact written into both directions.
     assert ciphers.split(":")[0] == "ECDHE-ECDSA-AES128-GCM-SHA256" and "CBC" not in ciphers and ":AES" not in ciphers
@@ -171,30 +181,13 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
     assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index("option forwardfor")
 
 
-def render_gateway(knobs: dict) -> list[str]:
-    from ansible.template import trust_as_template
-
-    import ansible_vars
-
-    templar, _ = ansible_vars.templar_for(
-        "unit-gw",
-        roles=("llm_gateway",),
-        groups=("fleet_cache",),
-        extra_vars={
-            "ansible_managed": "managed by a test",
-            "__llm_gateway_servers": [{"name": "b1", "address": "10.0.0.1", "port": 443}],
-            **knobs,
-        },
-    )
-    text = (ROOT / "roles/llm_gateway/templates/haproxy.cfg.j2").read_text()
-    return [line.strip() for line in templar.template(trust_as_template(text)).splitlines()]
-
-
 def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_states():
-    lines = render_gateway({})
+    lines = render("haproxy.cfg.j2")
     backend = lines[lines.index("backend gpubox_boxes") :]
     assert "hash-type consistent" in backend and "hash-balance-factor 125" in backend
-    assert not any(x.startswith("hash-balance-factor") for x in render_gateway({"llm_gateway_hash_balance_factor": 0}))
+    assert not any(
+        x.startswith("hash-balance-factor") for x in render("haproxy.cfg.j2", {"llm_gateway_hash_balance_factor": 0})
+    )
     # the file the reload's saver writes (templates/server-state.conf.j2) is the one every section loads
     assert "server-state-file /run/gpubox-gateway/server-state" in lines
     defaults = lines[lines.index("defaults") : lines.index("frontend gpubox_api")]
@@ -202,15 +195,7 @@ def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_stat
 
 
 def test_the_reload_saves_the_states_between_the_check_and_the_signal():
-    from ansible.template import trust_as_template
-
-    import ansible_vars
-
-    templar, _ = ansible_vars.templar_for(
-        "unit-gw", roles=("llm_gateway",), groups=("fleet_cache",), extra_vars={"ansible_managed": "managed"}
-    )
-    text = (ROOT / "roles/llm_gateway/templates/server-state.conf.j2").read_text()
-    lines = [x for x in templar.template(trust_as_template(text)).splitlines() if x.startswith("Exec")]
+    lines = [x for x in render("server-state.conf.j2") if x.startswith("Exec")]
     assert lines == [
         "ExecStartPre=/bin/rm -f /run/gpubox-gateway/server-state",
         "ExecReload=",
