@@ -195,3 +195,22 @@ def test_under_vllms_module_name_it_takes_the_production_command_line(tmp_path: 
         live_proxies.stop(proc)
     start_line = proc.stdout.read()
     assert "TEST ONLY" in start_line and "--tensor-parallel-size" in start_line, start_line
+
+
+def test_a_start_delay_keeps_it_from_listening_until_it_has_passed() -> None:
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    port = live_proxies.free_port()
+    env = dict(os.environ, GPUBOX_STANDIN_START_DELAY_S="1.5")
+    proc = subprocess.Popen([sys.executable, str(live_proxies.STANDIN), "--port", str(port)], env=env,
+                            stdout=subprocess.DEVNULL)  # fmt: skip
+    try:
+        time.sleep(0.5)
+        with pytest.raises(ConnectionRefusedError):
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        live_proxies.wait_for(port, proc, "stand-in")  # then it listens
+    finally:
+        live_proxies.stop(proc)

@@ -8,8 +8,10 @@ On a test box of group gpubox_sim_standin it is vLLM's module: molecule/shared/p
 vllm/entrypoints/openai/api_server.py on the unit's PYTHONPATH, so roles/vllm_service's own unit starts it
 with vLLM 0.7.3's command line (`python -m vllm.entrypoints.openai.api_server --model ... --port ...`).
 Flags it does not know are accepted and ignored (listed in its start line); the pace then comes from
-GPUBOX_STANDIN_TTFT_MS and GPUBOX_STANDIN_ITL_MS when set. Every answer to a completion carries
-``x-gpubox-standin-host: <hostname>``, so a test client can tell which box served it.
+GPUBOX_STANDIN_TTFT_MS and GPUBOX_STANDIN_ITL_MS when set, and GPUBOX_STANDIN_START_DELAY_S (or
+--start-delay-s) makes it listen only after that many seconds, as vLLM does once its weights are loaded.
+Every answer to a completion carries ``x-gpubox-standin-host: <hostname>``, so a test client can tell which
+box served it.
 
 It speaks what clients and gpubox's checks ask of vLLM 0.7.3 (vllm/entrypoints/openai/api_server.py):
 POST /v1/completions and /v1/chat/completions (JSON, or Server-Sent Events with ``"stream": true``: one
@@ -20,9 +22,9 @@ and ``--itl-ms`` between tokens, and emits ``max_tokens`` tokens (16 when not gi
 
 What it does NOT model: the model (every token is the word "tok"), tokenization (prompt tokens are
 counted as words), batching and its slow-down under load (every stream keeps its pace while the CPU
-lasts), the KV cache and preemption, SIGTERM (it stops at once, as vLLM 0.7.3 aborts what is in
-flight), and every endpoint and parameter beyond those above. Its figures measure the proxies in front
-of an engine, never an engine.
+lasts), the KV cache and preemption, a start's length (none, unless a start delay is given), SIGTERM (it
+stops at once, as vLLM 0.7.3 aborts what is in flight), and every endpoint and parameter beyond those
+above. Its figures measure the proxies in front of an engine, never an engine.
 
 Standard library only (asyncio), so that it runs in any box or on the controller.
 """
@@ -251,6 +253,9 @@ def error(message: str, kind: str) -> dict:
 
 
 async def main_async(args: argparse.Namespace) -> None:
+    if args.start_delay_s > 0:  # a slow start, as vLLM's while it loads the weights: nothing listens yet
+        print(f"standin: starting in {args.start_delay_s:g} s (TEST ONLY)", flush=True)
+        await asyncio.sleep(args.start_delay_s)
     engine = Engine(args)
     server = await asyncio.start_server(engine.serve, args.host, args.port, backlog=4096, limit=1 << 16)
     stop = asyncio.Event()
@@ -272,6 +277,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--ttft-ms", type=float, default=float(os.environ.get("GPUBOX_STANDIN_TTFT_MS") or 50))
     parser.add_argument("--itl-ms", type=float, default=float(os.environ.get("GPUBOX_STANDIN_ITL_MS") or 10))
     parser.add_argument("--max-model-len", type=int, default=2048)
+    parser.add_argument(
+        "--start-delay-s", type=float, default=float(os.environ.get("GPUBOX_STANDIN_START_DELAY_S") or 0)
+    )
     args, args.ignored = parser.parse_known_args(argv)
     args.served_model_name = args.served_model_name[0]
     return args
