@@ -152,6 +152,19 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait(timeout=10)
 
 
+def haproxy_cli(path: Path, command: str) -> str:
+    """One command on an HAProxy unix socket (the runtime API or the master CLI) and its whole answer."""
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(5)
+        s.connect(str(path))
+        s.sendall(command.encode() + b"\n")
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return data.decode()
+
+
 def haproxy_binary() -> str:
     haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
     if haproxy is None:

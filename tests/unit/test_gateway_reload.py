@@ -13,7 +13,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -46,20 +45,8 @@ class Slow(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def master_cli(path: Path, command: str) -> str:
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(5)
-        s.connect(str(path))
-        s.sendall(command.encode() + b"\n")
-        s.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return data.decode()
-
-
 def old_workers(path: Path) -> int:
-    text = master_cli(path, "show proc")
+    text = live_proxies.haproxy_cli(path, "show proc")
     section = text.split("# old workers", 1)[1].split("#", 1)[0] if "# old workers" in text else ""
     return sum(1 for line in section.splitlines() if line.strip())
 

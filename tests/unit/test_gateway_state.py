@@ -5,7 +5,6 @@ pool (the control), so the test can fail."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import time
@@ -18,19 +17,8 @@ import live_proxies
 SAVER = live_proxies.ROOT / "roles" / "llm_gateway" / "files" / "haproxy_save_state.py"
 
 
-def runtime_api(sock: Path, command: str) -> str:
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(5)
-        s.connect(str(sock))
-        s.sendall(command.encode() + b"\n")
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return data.decode()
-
-
 def status(sock: Path) -> str:
-    lines = runtime_api(sock, "show stat").splitlines()
+    lines = live_proxies.haproxy_cli(sock, "show stat").splitlines()
     head = lines[0].lstrip("# ").split(",")
     rows = [dict(zip(head, line.split(","))) for line in lines[1:] if line]
     return next(r["status"] for r in rows if r["pxname"] == "gpubox_boxes" and r["svname"] == "localhost")
@@ -58,7 +46,7 @@ def test_a_drained_box_stays_drained_across_a_restart_from_the_saved_state(tmp_p
         try:
             gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy-1.log")
             assert wait_status(sock, "UP") == "UP"
-            runtime_api(sock, "set server gpubox_boxes/localhost state drain")
+            live_proxies.haproxy_cli(sock, "set server gpubox_boxes/localhost state drain")
             assert status(sock) == "DRAIN"
             saved = subprocess.run([sys.executable, str(SAVER), str(sock), str(gw / "server-state")])
             assert saved.returncode == 0 and (gw / "server-state").read_text().startswith("1\n")
