@@ -45,11 +45,11 @@ def render(host: str, role: str, template: str, roles: tuple[str, ...], groups: 
     return templar.template(trust_as_template((ROOT / "roles" / role / "templates" / template).read_text()))
 
 
-def self_signed(tmp: Path) -> tuple[Path, Path]:
+def self_signed(tmp: Path, name: str = "localhost") -> tuple[Path, Path]:
     cert, key = tmp / "tls.crt", tmp / "tls.key"
     subprocess.run(
         ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
-         "-subj", "/CN=localhost", "-addext", "subjectAltName=DNS:localhost,IP:127.0.0.1",
+         "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name},IP:127.0.0.1",
          "-keyout", str(key), "-out", str(cert)],
         check=True, capture_output=True,
     )  # fmt: skip
@@ -77,10 +77,16 @@ def unverified_tls() -> ssl.SSLContext:
     return context
 
 
-def start_standin(ttft_ms: float, itl_ms: float) -> tuple[subprocess.Popen, int]:
-    """The engine stand-in (TEST ONLY, molecule/shared/engine_standin) on a free loopback port, keyed GATEWAY_KEY."""
+def start_standin(
+    ttft_ms: float, itl_ms: float, box_name: str = "", health_delay_ms: float = 0
+) -> tuple[subprocess.Popen, int]:
+    """The engine stand-in (TEST ONLY, molecule/shared/engine_standin) on a free loopback port, keyed GATEWAY_KEY;
+    ``box_name``: its x-gpubox-standin-host header (the hostname when empty); ``health_delay_ms``: how late it
+    answers /health."""
     port = free_port()
     argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+    argv += ["--box-name", box_name] if box_name else []
+    argv += ["--health-delay-ms", str(health_delay_ms)] if health_delay_ms else []
     env = dict(os.environ, VLLM_API_KEY=GATEWAY_KEY)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
@@ -104,13 +110,15 @@ def start_front_door(
     knobs: dict,
     worker_connections: int | None = None,
     edit: Callable[[str], str] | None = None,
+    name: str = "localhost",
 ) -> tuple[subprocess.Popen, int]:
     """nginx with the rendered front door file (``knobs`` over the role's defaults), listening on loopback.
     ``worker_connections``: nginx's events setting (its default, 512, holds 255 proxied streams); ``edit``: a
-    change to the rendered file, for a test that shows what the file's own setting prevents."""
+    change to the rendered file, for a test that shows what the file's own setting prevents; ``name``: the
+    box's name in its certificate (tmp/tls.crt), which the gateway checks."""
     nginx = nginx_binary()
     tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
-    cert, key = self_signed(tmp)
+    cert, key = self_signed(tmp, name)
     port = free_port()
     conf = render(
         "unit-front-door-live", "front_door", "gpubox-front-door.conf.j2", ("gpubox", "front_door"), ("gpu_2x3090",),
@@ -173,9 +181,16 @@ def haproxy_binary() -> str:
 
 
 def start_gateway(
-    tmp: Path, box_port: int, box_cert: Path, knobs: dict, log: Path | None = None
+    tmp: Path,
+    box_port: int,
+    box_cert: Path,
+    knobs: dict,
+    log: Path | None = None,
+    boxes: list[tuple[str, int, Path]] | None = None,
+    edit: Callable[[str], str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
-    """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``).
+    """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
+    ``boxes`` (name, front door port, certificate) when given; ``edit``: a change to the rendered file.
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
     haproxy = haproxy_binary()
@@ -184,7 +199,9 @@ def start_gateway(
     (tmp / "tls.pem").write_bytes(cert.read_bytes())
     (tmp / "tls.pem.key").write_bytes(key.read_bytes())
     (tmp / "keys.lst").write_text(GATEWAY_KEY + "\n")
-    (tmp / "localhost.crt").write_bytes(box_cert.read_bytes())
+    boxes = boxes or [("localhost", box_port, box_cert)]
+    for name, _, crt in boxes:
+        (tmp / f"{name}.crt").write_bytes(crt.read_bytes())
     port = free_port()
     conf = render(
         "unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), ("fleet_cache",),
@@ -192,7 +209,7 @@ def start_gateway(
             "llm_gateway_port": port,
             "llm_gateway_bind_address": "127.0.0.1",
             "llm_gateway_check_interval_ms": 200,
-            "__llm_gateway_servers": [{"name": "localhost", "address": "127.0.0.1", "port": box_port}],
+            "__llm_gateway_servers": [{"name": name, "address": "127.0.0.1", "port": p} for name, p, _ in boxes],
             "__llm_gateway_cert": str(tmp / "tls.pem"),
             "__llm_gateway_keys_file": str(tmp / "keys.lst"),
             "__llm_gateway_backend_ca_dir": str(tmp),
@@ -203,6 +220,7 @@ def start_gateway(
     )  # fmt: skip
     # Not what is tested, and a test may not run as root: no chroot, no switch of user.
     conf = "\n".join(line for line in conf.splitlines() if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
+    conf = edit(conf) if edit else conf
     (tmp / "haproxy.cfg").write_text(conf + "\n")
     check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr

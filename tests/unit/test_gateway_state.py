@@ -72,3 +72,31 @@ def test_the_saver_writes_nothing_when_haproxy_does_not_answer(tmp_path: Path) -
                           capture_output=True, text=True)  # fmt: skip
     assert done.returncode == 0 and "no state saved" in done.stderr
     assert not (tmp_path / "state").exists()
+
+
+@pytest.mark.parametrize(("check_timeout_ms", "want"), [(None, "UP"), (200, "DOWN")], ids=["role default", "control"])
+def test_a_box_that_answers_health_late_stays_in_the_pool(tmp_path: Path, check_timeout_ms, want) -> None:
+    """The stand-in answers /health 500 ms late, as a box busy with its streams does; checks run every 200 ms.
+    The role's check timeout keeps the box in the pool; a timeout of the interval (HAProxy's own when none is
+    set, the rendered file before llm_gateway_check_timeout_ms) takes it out while it serves."""
+    engine, engine_port = live_proxies.start_standin(10, 1, health_delay_ms=500)
+    (tmp_path / "box").mkdir()
+    knobs = {"llm_gateway_check_interval_ms": 200}
+    if check_timeout_ms is not None:
+        knobs["llm_gateway_check_timeout_ms"] = check_timeout_ms
+    try:
+        front, front_port = live_proxies.start_front_door(tmp_path / "box", engine_port, {})
+        try:
+            gateway, _ = live_proxies.start_gateway(
+                tmp_path / "gw", front_port, tmp_path / "box" / "tls.crt", knobs, log=tmp_path / "haproxy.log"
+            )
+            try:
+                time.sleep(2.5)  # checks of 200 ms or more: two failed would have taken it out by now
+                seen = wait_status(tmp_path / "gw" / "admin.sock", want)
+            finally:
+                live_proxies.stop(gateway)
+        finally:
+            live_proxies.stop(front)
+    finally:
+        live_proxies.stop(engine)
+    assert seen == want, (tmp_path / "haproxy.log").read_text()[-2000:]

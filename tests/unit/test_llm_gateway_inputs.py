@@ -72,6 +72,10 @@ def test_a_good_pool_passes(tmp_path):
         ),
         ({"llm_gateway_backends": ["b1"], "llm_gateway_check_fall": 0}, "llm_gateway_check_fall must be 1-10"),
         (
+            {"llm_gateway_backends": ["b1"], "llm_gateway_check_timeout_ms": 50},
+            "llm_gateway_check_timeout_ms must be 100-60000",
+        ),
+        (
             {"llm_gateway_backends": ["b1"], "llm_gateway_backend_addresses": {"b2": "10.0.0.2"}},
             "b2 is not in llm_gateway_backends",
         ),
@@ -184,7 +188,8 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
 def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_states():
     lines = render("haproxy.cfg.j2")
     backend = lines[lines.index("backend gpubox_boxes") :]
-    assert "hash-type consistent" in backend and "hash-balance-factor 125" in backend
+    assert "hash-type consistent" in backend and "hash-balance-factor 120" in backend
+    assert "timeout check 5000ms" in backend  # a check may outlast its interval (a busy box answers late)
     assert not any(
         x.startswith("hash-balance-factor") for x in render("haproxy.cfg.j2", {"llm_gateway_hash_balance_factor": 0})
     )

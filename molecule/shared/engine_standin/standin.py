@@ -2,7 +2,8 @@
 """TEST ONLY: a stand-in for vLLM 0.7.3's OpenAI server, for load through the front door and the gateway.
 
     standin.py --port 8000 [--host 127.0.0.1] [--served-model-name tiny] [--ttft-ms 50] [--itl-ms 10]
-               [--max-model-len 2048]        (the API key, when set, comes from VLLM_API_KEY, as vLLM's does)
+               [--max-model-len 2048] [--box-name NAME] [--health-delay-ms 0]
+               (the API key, when set, comes from VLLM_API_KEY, as vLLM's does)
 
 On a test box of group gpubox_sim_standin it is vLLM's module: molecule/shared/prepare.yml installs it as
 vllm/entrypoints/openai/api_server.py on the unit's PYTHONPATH, so roles/vllm_service's own unit starts it
@@ -10,8 +11,9 @@ with vLLM 0.7.3's command line (`python -m vllm.entrypoints.openai.api_server --
 Flags it does not know are accepted and ignored (listed in its start line); the pace then comes from
 GPUBOX_STANDIN_TTFT_MS and GPUBOX_STANDIN_ITL_MS when set, and GPUBOX_STANDIN_START_DELAY_S (or
 --start-delay-s) makes it listen only after that many seconds, as vLLM does once its weights are loaded.
-Every answer to a completion carries ``x-gpubox-standin-host: <hostname>``, so a test client can tell which
-box served it.
+Every answer to a completion carries ``x-gpubox-standin-host: <hostname>`` (or --box-name's, for several
+stand-ins on one machine), so a test client can tell which box served it. --health-delay-ms answers /health
+that late, as a vLLM busy with its streams does.
 
 It speaks what clients and gpubox's checks ask of vLLM 0.7.3 (vllm/entrypoints/openai/api_server.py):
 POST /v1/completions and /v1/chat/completions (JSON, or Server-Sent Events with ``"stream": true``: one
@@ -88,7 +90,8 @@ class Engine:
         self.max_model_len = args.max_model_len
         self.key = os.environ.get("VLLM_API_KEY") or None
         self.stats = Stats()
-        self.host_header = f"x-gpubox-standin-host: {socket.gethostname()}\r\n"
+        self.host_header = f"x-gpubox-standin-host: {args.box_name or socket.gethostname()}\r\n"
+        self.health_delay = args.health_delay_ms / 1000.0
 
     # --- HTTP/1.1 ----------------------------------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -118,6 +121,7 @@ class Engine:
 
     async def route(self, writer, method: str, path: str, headers: dict, body: bytes, keep: bool) -> None:
         if path == "/health" and method == "GET":
+            await asyncio.sleep(self.health_delay)  # 0, or as a busy vLLM answers it late
             await self.send(writer, 200, b"", "text/plain", keep)
         elif path == "/metrics" and method == "GET":
             await self.send(writer, 200, self.stats.text(self.model).encode(), "text/plain; version=0.0.4", keep)
@@ -280,6 +284,8 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--start-delay-s", type=float, default=float(os.environ.get("GPUBOX_STANDIN_START_DELAY_S") or 0)
     )
+    parser.add_argument("--health-delay-ms", type=float, default=0.0, help="answer /health this late")
+    parser.add_argument("--box-name", default="", help="the x-gpubox-standin-host header's value (the hostname)")
     args, args.ignored = parser.parse_known_args(argv)
     args.served_model_name = args.served_model_name[0]
     return args
