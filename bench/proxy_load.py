@@ -161,6 +161,23 @@ class Run:
         }  # fmt: skip
 
 
+def start_paths(tmp: Path, ttft_ms: float, itl_ms: float, procs: list[subprocess.Popen]) -> dict[str, tuple[int, bool]]:
+    """The stand-in, the front door before it and the gateway before that (each appended to ``procs``, for the
+    caller to stop): {path: (port, TLS)} for "direct", "front door" and "gateway"."""
+    engine, engine_port = live_proxies.start_standin(ttft_ms, itl_ms)
+    procs.append(engine)
+    box_dir = tmp / "box"
+    box_dir.mkdir()
+    front, front_port = live_proxies.start_front_door(box_dir, engine_port, HIGH_LIMITS_FRONT_DOOR, 8192)
+    procs.append(front)
+    gateway, gateway_port = live_proxies.start_gateway(
+        tmp / "gateway", front_port, box_dir / "tls.crt", HIGH_LIMITS_GATEWAY, log=tmp / "haproxy.log"
+    )
+    procs.append(gateway)
+    time.sleep(1.0)  # the gateway's first health checks mark the box up
+    return {"direct": (engine_port, False), "front door": (front_port, True), "gateway": (gateway_port, True)}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--levels", default="1,32,128,256,512")
@@ -176,18 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="gpubox-proxy-load."))
     try:
-        engine, engine_port = live_proxies.start_standin(args.ttft_ms, args.itl_ms)
-        procs.append(engine)
-        box_dir = tmp / "box"
-        box_dir.mkdir()
-        front, front_port = live_proxies.start_front_door(box_dir, engine_port, HIGH_LIMITS_FRONT_DOOR, 8192)
-        procs.append(front)
-        gateway, gateway_port = live_proxies.start_gateway(
-            tmp / "gateway", front_port, box_dir / "tls.crt", HIGH_LIMITS_GATEWAY, log=tmp / "haproxy.log"
-        )
-        procs.append(gateway)
-        time.sleep(1.0)  # the gateway's first health checks mark the box up
-        paths = {"direct": (engine_port, False), "front door": (front_port, True), "gateway": (gateway_port, True)}
+        paths = start_paths(tmp, args.ttft_ms, args.itl_ms, procs)
         results: dict[str, list[dict]] = {name: [] for name in paths}
         for level in levels:  # one level for every path before the next: the machine is the same for all three
             for name, (port, tls) in paths.items():

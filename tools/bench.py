@@ -433,7 +433,12 @@ def fleet_load_lines(roll: dict) -> list[str]:
         f"- drains (until the box's streams and any old HAProxy worker were done): {drains or 'not recorded'}",
         f"- load per box in the steady state (mean streams in flight): {load['load_per_box']}; busiest / mean "
         f"**{load['busiest_over_mean']}** (bound {roll['bound_busiest_over_mean']}); share of each session's streams "
-        f"on its most frequent box: **{load['session_share_on_own_box']}** (goal: at least 0.9)",
+        f"on its most frequent box: **{load['session_share_on_own_box']}** (goal: at least 0.9)"
+        + (
+            f"; without the hot session's: {load['session_share_without_hot']}"
+            if load.get("session_share_without_hot") is not None
+            else ""
+        ),
     ]
     return lines
 
@@ -482,6 +487,89 @@ def proxy_load_report(path: Path = PROXY_LOAD) -> str:
         if added:
             text = ", ".join(f"{level}: {delta:+.1f}" for level, delta in added)
             lines.append(f"- {name} adds to direct p99 TTFT (ms, by level): {text}.")
+    return "\n".join([*lines, ""])
+
+
+GUIDELLM_LOAD = ROOT / "bench" / "guidellm-load.json"
+
+
+def guidellm_load_report(path: Path = GUIDELLM_LOAD) -> str:
+    """bench/guidellm_load.py's run of record: guidellm's own figures for the three paths (never made up here)."""
+    lines = ["", "# The three paths measured by guidellm (bench/guidellm_load.py)", ""]
+    if not path.is_file():
+        return "\n".join([*lines, f"No run recorded (run: make bench-load, which writes {shown(path)}).", ""])
+    data = json.loads(path.read_text())
+    standin, load = data["stand_in"], data["load"]
+    lines += [
+        f"Command: `{data['command']}` ({data['when']}, {data['machine']}, {data['client']}), its",
+        f"concurrent profile for {load['seconds']:g} s a level; {load['output_tokens']} output tokens a request; the",
+        f"engine is the TEST ONLY stand-in (TTFT {standin['ttft_ms']:g} ms, ITL {standin['itl_ms']:g} ms).",
+        "Incomplete: requests cut when guidellm's time was up. guidellm's worker processes share the machine's",
+        "cores with the proxies.",
+        "",
+        "| level | path | successful | errored | incomplete | requests/s | most concurrent "
+        "| TTFT p50 / p99 ms | ITL p50 / p99 ms | latency p99 s |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    paths = list(data["results"])
+    levels = sorted({row["level"] for rows in data["results"].values() for row in rows})
+    for level in levels:
+        for name in paths:
+            for r in (row for row in data["results"][name] if row["level"] == level):
+                if "error" in r:
+                    lines.append(f"| {level} | {name} | {r['error'][:80]} | | | | | | | |")
+                    continue
+                lines.append(
+                    f"| {level} | {name} | {r['successful']} | {r['errored']} | {r['incomplete']} "
+                    f"| {fmt(r['requests_per_s'])} | {fmt(r['concurrency_max'])} | {fmt(r['ttft_p50_ms'])} / "
+                    f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
+                    f"| {fmt(r['latency_p99_s'])} |"
+                )
+    direct = {row["level"]: row for row in data["results"].get("direct", []) if "error" not in row}
+    lines.append("")
+    for name in paths[1:]:
+        added = [
+            (row["level"], row["ttft_p99_ms"] - direct[row["level"]]["ttft_p99_ms"])
+            for row in data["results"][name]
+            if "error" not in row and row["level"] in direct and row["ttft_p99_ms"] is not None
+        ]
+        if added:
+            text = ", ".join(f"{level}: {delta:+.1f}" for level, delta in added)
+            lines.append(f"- {name} adds to direct p99 TTFT (ms, by level, guidellm's figures): {text}.")
+    return "\n".join([*lines, ""])
+
+
+AFFINITY_LOAD = ROOT / "bench" / "affinity-load.json"
+
+
+def affinity_load_report(path: Path = AFFINITY_LOAD) -> str:
+    """bench/affinity_load.py's run of record: the load bound against session affinity, per factor."""
+    lines = ["", "# Session affinity against the load bound (bench/affinity_load.py)", ""]
+    if not path.is_file():
+        return "\n".join([*lines, f"No run recorded (run: make bench-load, which writes {shown(path)}).", ""])
+    data = json.loads(path.read_text())
+    load = data["load"]
+    lines += [
+        f"Command: `{data['command']}` ({data['when']}, {data['machine']}, {data['haproxy']}). Three stand-in",
+        f"boxes behind their front doors and the gateway; the fleet's client and mix ({load['clients']} clients,",
+        f"{load['hot_clients']} of them in one session, the rest over {load['sessions']} sessions), {load['seconds']:g}"
+        f" s per placement after {load['warmup']:g} s, {load['placements']} placements (the fleet's session names,",
+        "then the same mix under other names). Each cell: the fleet's names / the worst placement / the mean.",
+        "Goals (issue 22): busiest box at most 1.25x the mean; at least 0.9 of a session's streams on one box.",
+        "",
+        "| variant | streams | failed | truncated | busiest / mean | session share | share without the hot session |",
+        "|---|---:|---:|---:|---:|---:|---:|",
+    ]
+    for name, r in data["results"].items():
+
+        def cell(key: str, r: dict = r) -> str:
+            v = r.get(key)
+            return f"{fmt(v['fleet_names'])} / {fmt(v['worst'])} / {fmt(v['mean'])}" if v else "-"
+
+        lines.append(
+            f"| {name} | {r['streams']} | {r['failed']} | {r['truncated']} | {cell('busiest_over_mean')} "
+            f"| {cell('session_share_on_own_box')} | {cell('session_share_without_hot')} |"
+        )
     return "\n".join([*lines, ""])
 
 
@@ -629,6 +717,8 @@ def main(argv: list[str] | None = None) -> int:
         + fleet_cache_report()
         + fleet_bench_report()
         + proxy_load_report()
+        + guidellm_load_report()
+        + affinity_load_report()
         + scenario_times_report()
     )
     print(text)

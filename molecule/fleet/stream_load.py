@@ -3,11 +3,12 @@
 
 Usage: stream_load.py --ca CAFILE --key-file KEYFILE --out OUT.jsonl --samples SAMPLES.jsonl --stop STOPFILE
                       [--host 127.0.0.1] [--port 443] [--clients 32] [--tokens 100-300] [--hot-clients 10]
-                      [--sessions 11] [--seed 22]
+                      [--sessions 11] [--seed 22] [--session-prefix P]
 
 --clients clients stream chat completions one after the other, each on its own kept-alive TLS connection
 to the gateway, each with an X-Session-Id: the first --hot-clients share one session ("hot", one tenant
-with many chats at once: the skewed mix), the others spread over --sessions sessions. Each stream asks for
+with many chats at once: the skewed mix), the others spread over --sessions sessions (--session-prefix goes
+before each name: the same mix, other names, so another placement on the ring). Each stream asks for
 a token count drawn from --tokens; at the stand-in's pace (molecule/shared/group_vars/gpubox_sim_standin.yml,
 100 ms a token) 100-300 tokens last 10-30 s. When STOPFILE appears, each client finishes the stream it is
 in and stops (a stream is never cut by the client).
@@ -26,7 +27,7 @@ prints the figures of two phases as JSON: "steady" (streams that started in [STA
 (started in [SPLIT, END]): streams, failed (no HTTP 200, or the connection failed), truncated (200 but not
 whole), TTFT p50/p99; and, over the steady phase's samples, the load per box (mean streams in flight), the
 busiest box's mean over the pool's mean (the load bound), and the share of each session's streams on its
-most frequent box, over all streams (affinity).
+most frequent box, over all streams and over all but the hot session's (affinity).
 """
 
 from __future__ import annotations
@@ -66,7 +67,8 @@ class Load:
 
     async def client(self, n: int) -> None:
         rng = random.Random(self.args.seed * 1000 + n)
-        session = "hot" if n < self.args.hot_clients else f"session-{n % self.args.sessions}"
+        name = "hot" if n < self.args.hot_clients else f"session-{n % self.args.sessions}"
+        session = self.args.session_prefix + name
         reader = writer = None
         while not self.stopped():
             tokens = rng.randint(*self.tokens)
@@ -161,12 +163,18 @@ def summarize(lines: list[dict], samples: list[dict], start: float, split: float
             counts[line["box"]] = counts.get(line["box"], 0) + 1
     placed = sum(sum(counts.values()) for counts in by_session.values())
     on_own_box = sum(max(counts.values()) for counts in by_session.values())
+    hot = next((line["session"] for line in steady if line["client"] == 0), None)  # client 0 is a hot one
+    others = [counts for name, counts in by_session.items() if name != hot]
+    placed_others = sum(sum(counts.values()) for counts in others)
     return {
         "steady": phase(steady),
         "roll": phase(roll),
         "load_per_box": load,
         "busiest_over_mean": round(max(load.values()) / mean, 3) if mean else None,
         "session_share_on_own_box": round(on_own_box / placed, 3) if placed else None,
+        "session_share_without_hot": (
+            round(sum(max(counts.values()) for counts in others) / placed_others, 3) if placed_others else None
+        ),
         "sessions": {name: counts for name, counts in sorted(by_session.items())},
         "samples": len(window),
     }
@@ -192,6 +200,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hot-clients", type=int, default=10)
     parser.add_argument("--sessions", type=int, default=11)
     parser.add_argument("--seed", type=int, default=22)
+    parser.add_argument("--session-prefix", default="", help="put before every session name (another placement)")
     args = parser.parse_args(argv)
     if args.summarize:
         figures = summarize(read_jsonl(args.out), read_jsonl(args.samples), *args.summarize)

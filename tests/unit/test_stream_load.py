@@ -22,8 +22,10 @@ stream_load = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(stream_load)
 
 
-def line(t: float, session: str, box: str, status: int = 200, whole: bool = True, ttft: float = 0.1) -> dict:
-    return {"t": t, "end": t + 1, "client": 0, "session": session, "status": status, "error": "", "tokens": 3,
+def line(
+    t: float, session: str, box: str, status: int = 200, whole: bool = True, ttft: float = 0.1, client: int = 0
+) -> dict:
+    return {"t": t, "end": t + 1, "client": client, "session": session, "status": status, "error": "", "tokens": 3,
             "got": 3 if whole else 1, "done": whole, "whole": whole, "ttft_s": ttft, "box": box}  # fmt: skip
 
 
@@ -41,11 +43,14 @@ def test_summary_load_bound_and_session_share() -> None:
     # b1 carries 6 streams in flight on average, b2 and b3 three: the busiest over the mean is 6 / 4 = 1.5
     samples = [{"t": t, "in_flight": {"b1": 6, "b2": 3, "b3": 3}} for t in range(10)]
     samples.append({"t": 50, "in_flight": {"b1": 100}})  # outside the steady phase
-    lines = [line(1, "hot", "b1")] * 8 + [line(1, "hot", "b2")] * 2 + [line(1, "cold", "b3")] * 10
+    lines = [line(1, "cold", "b3", client=5)] * 10 + [line(1, "hot", "b1")] * 8 + [line(1, "hot", "b2")] * 2
+    lines += [line(1, "warm", "b2", client=6)] * 3 + [line(1, "warm", "b3", client=7)]
     figures = stream_load.summarize(lines, samples, 0, 10, 20)
     assert figures["load_per_box"] == {"b1": 6.0, "b2": 3.0, "b3": 3.0}
     assert figures["busiest_over_mean"] == 1.5
-    assert figures["session_share_on_own_box"] == 0.9  # (8 + 10) / 20
+    assert figures["session_share_on_own_box"] == 0.875  # (10 + 8 + 3) / 24
+    # the hot session is client 0's (the first --hot-clients share it): without it (10 + 3) / 14
+    assert figures["session_share_without_hot"] == round(13 / 14, 3)
     assert figures["samples"] == 10
 
 
