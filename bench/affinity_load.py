@@ -173,9 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         "command": "python bench/affinity_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
         "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
-        "haproxy": subprocess.run(
-            [live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True
-        ).stdout.splitlines()[0],
+        "haproxy": subprocess.run([live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True)
+        .stdout.splitlines()[0]
+        .split(" - ")[0],
         "load": {
             k: getattr(args, k)
             for k in ("seconds", "warmup", "clients", "hot_clients", "sessions", "tokens", "placements")
