@@ -40,7 +40,7 @@ def test_without_a_bound_every_session_keeps_its_box_and_the_report_shows_each_v
     assert all(p["session_share_on_own_box"] == 1.0 and p["sessions_split"] == [] for p in unbound["placements"])
     assert unbound["session_share_on_own_box"] == {"fleet_names": 1.0, "worst": 1.0, "mean": 1.0}
     text = bench.affinity_load_report(out)
-    assert "| no bound | " in text and "| 1.0 / 1.0 / 1.0 |" in text and "| default | " in text
+    assert "| no bound | " in text and "| 1.00 / 1.00 / 1.00 |" in text and "| default | " in text
     assert "No run recorded (run: make bench-load" in bench.affinity_load_report(tmp_path / "none.json")
 
 
