@@ -32,8 +32,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import os
-import platform
 import resource
 import subprocess
 import sys
@@ -42,16 +40,12 @@ import threading
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
-from ansible.plugins.loader import init_plugin_loader  # noqa: E402
-
-if not any(type(finder).__name__ == "_AnsibleCollectionFinder" for finder in sys.meta_path):
-    init_plugin_loader(prefix_collections_path=[str(ROOT / "collections")])  # as tests/conftest.py does
-sys.path[:0] = [str(ROOT / "tests" / "unit"), str(ROOT / "molecule" / "fleet")]
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "molecule" / "fleet")]
+import proxy_load  # noqa: E402  (sets up the collection loader and live_proxies)
 import stream_load  # noqa: E402
 
-import live_proxies  # noqa: E402
+live_proxies = proxy_load.live_proxies
+ROOT = proxy_load.ROOT
 
 BOXES = [f"gpubox-m-fleet-box{n}" for n in (1, 2, 3)]
 FRONT_DOOR = {"front_door_rate_per_client": "100000r/s", "front_door_burst_per_client": 100000}
@@ -170,9 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             with contextlib.suppress(OSError):
                 live_proxies.stop(proc)
     record = {
-        "command": "python bench/affinity_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+        **proxy_load.provenance("affinity_load.py", argv),
         "haproxy": subprocess.run([live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True)
         .stdout.splitlines()[0]
         .split(" - ")[0],

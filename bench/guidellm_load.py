@@ -26,11 +26,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -141,9 +139,7 @@ def main(argv: list[str] | None = None) -> int:
             live_proxies.stop(proc)
     version = subprocess.run([str(guidellm), "--version"], capture_output=True, text=True).stdout.strip()
     record = {
-        "command": "python bench/guidellm_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+        **proxy_load.provenance("guidellm_load.py", argv),
         "client": version or GUIDELLM,
         "stand_in": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms},
         "load": {"seconds": args.seconds, "prompt_tokens": args.prompt_tokens, "output_tokens": args.output_tokens},

@@ -167,6 +167,15 @@ class Run:
         }  # fmt: skip
 
 
+def provenance(script: str, argv: list[str] | None) -> dict:
+    """The command, when and where a bench ran: the first keys of each bench's JSON record."""
+    return {
+        "command": f"python bench/{script} " + " ".join(argv if argv is not None else sys.argv[1:]),
+        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+    }
+
+
 def start_paths(tmp: Path, ttft_ms: float, itl_ms: float, procs: list[subprocess.Popen]) -> dict[str, tuple[int, bool]]:
     """The stand-in, the front door before it and the gateway before that (each appended to ``procs``, for the
     caller to stop): {path: (port, TLS)} for "direct", "front door" and "gateway"."""
@@ -217,9 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, rows in results.items()
     }
     record = {
-        "command": "python bench/proxy_load.py " + " ".join(argv if argv is not None else sys.argv[1:]),
-        "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-        "machine": f"{os.cpu_count()} CPUs, {platform.platform()}",
+        **provenance("proxy_load.py", argv),
         "nginx": subprocess.run([live_proxies.nginx_binary(), "-v"], capture_output=True, text=True).stderr.strip(),
         "stand_in": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
         "requests_per_client": args.requests,

@@ -446,6 +446,22 @@ def fleet_load_lines(roll: dict) -> list[str]:
 PROXY_LOAD = ROOT / "bench" / "proxy-load.json"
 
 
+def added_ttft_lines(results: dict[str, list[dict]], source: str) -> list[str]:
+    """What each path after "direct" adds to direct's p99 TTFT, level by level (rows with figures only)."""
+    direct = {row["level"]: row for row in results.get("direct", []) if row.get("ttft_p99_ms") is not None}
+    lines = []
+    for name in list(results)[1:]:
+        added = [
+            (row["level"], row["ttft_p99_ms"] - direct[row["level"]]["ttft_p99_ms"])
+            for row in results[name]
+            if row["level"] in direct and row.get("ttft_p99_ms") is not None
+        ]
+        if added:
+            text = ", ".join(f"{level}: {delta:+.1f}" for level, delta in added)
+            lines.append(f"- {name} adds to direct p99 TTFT (ms, by level{source}): {text}.")
+    return [*lines, ""]
+
+
 def proxy_load_report(path: Path = PROXY_LOAD) -> str:
     """bench/proxy_load.py's run of record: direct, front door and gateway side by side (never made up here)."""
     lines = ["", "# Streams through the front door and the gateway (bench/proxy_load.py)", ""]
@@ -477,17 +493,7 @@ def proxy_load_report(path: Path = PROXY_LOAD) -> str:
                 )
     held = ", ".join(f"{name} {n}" for name, n in data["most_streams_held"].items())
     lines += ["", f"Most concurrent streams held with 0 errors and 0 truncated: {held}.", ""]
-    direct = {row["level"]: row for row in data["results"].get("direct", [])}
-    for name in paths[1:]:
-        added = [
-            (row["level"], row["ttft_p99_ms"] - direct[row["level"]]["ttft_p99_ms"])
-            for row in data["results"][name]
-            if row["level"] in direct and row["ttft_p99_ms"] is not None and direct[row["level"]]["ttft_p99_ms"]
-        ]
-        if added:
-            text = ", ".join(f"{level}: {delta:+.1f}" for level, delta in added)
-            lines.append(f"- {name} adds to direct p99 TTFT (ms, by level): {text}.")
-    return "\n".join([*lines, ""])
+    return "\n".join([*lines, *added_ttft_lines(data["results"], "")])
 
 
 GUIDELLM_LOAD = ROOT / "bench" / "guidellm-load.json"
@@ -525,18 +531,7 @@ def guidellm_load_report(path: Path = GUIDELLM_LOAD) -> str:
                     f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
                     f"| {fmt(r['latency_p99_s'])} |"
                 )
-    direct = {row["level"]: row for row in data["results"].get("direct", []) if "error" not in row}
-    lines.append("")
-    for name in paths[1:]:
-        added = [
-            (row["level"], row["ttft_p99_ms"] - direct[row["level"]]["ttft_p99_ms"])
-            for row in data["results"][name]
-            if "error" not in row and row["level"] in direct and row["ttft_p99_ms"] is not None
-        ]
-        if added:
-            text = ", ".join(f"{level}: {delta:+.1f}" for level, delta in added)
-            lines.append(f"- {name} adds to direct p99 TTFT (ms, by level, guidellm's figures): {text}.")
-    return "\n".join([*lines, ""])
+    return "\n".join([*lines, "", *added_ttft_lines(data["results"], ", guidellm's figures")])
 
 
 AFFINITY_LOAD = ROOT / "bench" / "affinity-load.json"
