@@ -446,6 +446,13 @@ def fleet_load_lines(roll: dict) -> list[str]:
 PROXY_LOAD = ROOT / "bench" / "proxy-load.json"
 
 
+def by_level(results: dict[str, list[dict]]) -> list[tuple[int, str, dict]]:
+    """(level, path, row) for every row, level by level, the paths in their order within a level."""
+    levels = sorted({row["level"] for rows in results.values() for row in rows})
+    return [(level, name, row) for level in levels for name, rows in results.items() for row in rows
+            if row["level"] == level]  # fmt: skip
+
+
 def added_ttft_lines(results: dict[str, list[dict]], source: str) -> list[str]:
     """What each path after "direct" adds to direct's p99 TTFT, level by level (rows with figures only)."""
     direct = {row["level"]: row for row in results.get("direct", []) if row.get("ttft_p99_ms") is not None}
@@ -480,17 +487,13 @@ def proxy_load_report(path: Path = PROXY_LOAD) -> str:
         "| TTFT p50 / p99 ms | ITL p50 / p99 ms | connect p50 / p99 ms |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    paths = list(data["results"])
-    levels = sorted({row["level"] for rows in data["results"].values() for row in rows})
-    for level in levels:
-        for name in paths:
-            for r in (row for row in data["results"][name] if row["level"] == level):
-                lines.append(
-                    f"| {level} | {name} | {r['completed']} / {r['streams']} | {r['errors']} | {r['truncated']} "
-                    f"| {r['most_in_flight']} | {fmt(r['streams_per_s'])} | {fmt(r['ttft_p50_ms'])} / "
-                    f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
-                    f"| {fmt(r.get('connect_p50_ms'))} / {fmt(r.get('connect_p99_ms'))} |"
-                )
+    for level, name, r in by_level(data["results"]):
+        lines.append(
+            f"| {level} | {name} | {r['completed']} / {r['streams']} | {r['errors']} | {r['truncated']} "
+            f"| {r['most_in_flight']} | {fmt(r['streams_per_s'])} | {fmt(r['ttft_p50_ms'])} / "
+            f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
+            f"| {fmt(r.get('connect_p50_ms'))} / {fmt(r.get('connect_p99_ms'))} |"
+        )
     held = ", ".join(f"{name} {n}" for name, n in data["most_streams_held"].items())
     lines += ["", f"Most concurrent streams held with 0 errors and 0 truncated: {held}.", ""]
     return "\n".join([*lines, *added_ttft_lines(data["results"], "")])
@@ -517,20 +520,16 @@ def guidellm_load_report(path: Path = GUIDELLM_LOAD) -> str:
         "| TTFT p50 / p99 ms | ITL p50 / p99 ms | latency p99 s |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    paths = list(data["results"])
-    levels = sorted({row["level"] for rows in data["results"].values() for row in rows})
-    for level in levels:
-        for name in paths:
-            for r in (row for row in data["results"][name] if row["level"] == level):
-                if "error" in r:
-                    lines.append(f"| {level} | {name} | {r['error'][:80]} | | | | | | | |")
-                    continue
-                lines.append(
-                    f"| {level} | {name} | {r['successful']} | {r['errored']} | {r['incomplete']} "
-                    f"| {fmt(r['requests_per_s'])} | {fmt(r['concurrency_max'])} | {fmt(r['ttft_p50_ms'])} / "
-                    f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
-                    f"| {fmt(r['latency_p99_s'])} |"
-                )
+    for level, name, r in by_level(data["results"]):
+        if "error" in r:
+            lines.append(f"| {level} | {name} | {r['error'][:80]} | | | | | | | |")
+            continue
+        lines.append(
+            f"| {level} | {name} | {r['successful']} | {r['errored']} | {r['incomplete']} "
+            f"| {fmt(r['requests_per_s'])} | {fmt(r['concurrency_max'])} | {fmt(r['ttft_p50_ms'])} / "
+            f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
+            f"| {fmt(r['latency_p99_s'])} |"
+        )
     return "\n".join([*lines, "", *added_ttft_lines(data["results"], ", guidellm's figures")])
 
 
