@@ -48,13 +48,12 @@ live_proxies = proxy_load.live_proxies
 ROOT = proxy_load.ROOT
 
 BOXES = [f"gpubox-m-fleet-box{n}" for n in (1, 2, 3)]
-FRONT_DOOR = {"front_door_rate_per_client": "100000r/s", "front_door_burst_per_client": 100000}
-# name: (the role's variables over its defaults, a change to the rendered file or None)
-VARIANTS: dict[str, tuple[dict, object]] = {
-    "no bound": ({"llm_gateway_hash_balance_factor": 0}, None),
-    "default": ({}, None),
-    "factor 125": ({"llm_gateway_hash_balance_factor": 125}, None),
-    "factor 150": ({"llm_gateway_hash_balance_factor": 150}, None),
+# name: the role's variables over its defaults (and over proxy_load's raised limits)
+VARIANTS: dict[str, dict] = {
+    "no bound": {"llm_gateway_hash_balance_factor": 0},
+    "default": {},
+    "factor 125": {"llm_gateway_hash_balance_factor": 125},
+    "factor 150": {"llm_gateway_hash_balance_factor": 150},
 }
 
 
@@ -82,8 +81,7 @@ def run_load(
 def figures(lines: list[dict], samples: list[dict], started: float, args: argparse.Namespace) -> dict:
     start, split = started + args.warmup, started + args.seconds
     summary = stream_load.summarize(lines, samples, start, split, split)
-    sessions = summary.pop("sessions")
-    hot = next((line["session"] for line in lines if line["client"] == 0), "")
+    sessions, hot = summary.pop("sessions"), summary.pop("hot")
     summary["hot_session"] = sessions.get(hot, {})
     summary["sessions_split"] = sorted(name for name, counts in sessions.items() if name != hot and len(counts) > 1)
     summary.pop("roll")
@@ -135,15 +133,17 @@ def main(argv: list[str] | None = None) -> int:
             procs.append(engine)
             box_dir = tmp / name
             box_dir.mkdir()
-            front, front_port = live_proxies.start_front_door(box_dir, engine_port, FRONT_DOOR, 4096, name=name)
+            front, front_port = live_proxies.start_front_door(
+                box_dir, engine_port, proxy_load.HIGH_LIMITS_FRONT_DOOR, 4096, name=name
+            )
             procs.append(front)
             boxes.append((name, front_port, box_dir / "tls.crt"))
         for name in names:
-            knobs, edit = VARIANTS[name]
+            knobs = VARIANTS[name]
             gw_dir = tmp / f"gateway-{len(results)}"
             gateway, port = live_proxies.start_gateway(
-                gw_dir, 0, Path(), {"llm_gateway_rate_per_client": 10000000, **knobs},
-                log=gw_dir.parent / f"haproxy-{len(results)}.log", boxes=boxes, edit=edit,
+                gw_dir, 0, Path(), {**proxy_load.HIGH_LIMITS_GATEWAY, **knobs},
+                log=gw_dir.parent / f"haproxy-{len(results)}.log", boxes=boxes,
             )  # fmt: skip
             placements = []
             try:

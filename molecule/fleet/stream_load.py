@@ -149,6 +149,13 @@ def phase(lines: list[dict]) -> dict:
     }
 
 
+def share(sessions) -> float | None:
+    """Of the streams of these sessions ({box: streams} each), the share on each session's most frequent box."""
+    sessions = list(sessions)
+    placed = sum(sum(counts.values()) for counts in sessions)
+    return round(sum(max(counts.values()) for counts in sessions) / placed, 3) if placed else None
+
+
 def summarize(lines: list[dict], samples: list[dict], start: float, split: float, end: float) -> dict:
     steady = [line for line in lines if start <= line["t"] < split]
     roll = [line for line in lines if split <= line["t"] <= end]
@@ -161,20 +168,15 @@ def summarize(lines: list[dict], samples: list[dict], start: float, split: float
         if line["box"]:
             counts = by_session.setdefault(line["session"], {})
             counts[line["box"]] = counts.get(line["box"], 0) + 1
-    placed = sum(sum(counts.values()) for counts in by_session.values())
-    on_own_box = sum(max(counts.values()) for counts in by_session.values())
     hot = next((line["session"] for line in steady if line["client"] == 0), None)  # client 0 is a hot one
-    others = [counts for name, counts in by_session.items() if name != hot]
-    placed_others = sum(sum(counts.values()) for counts in others)
     return {
         "steady": phase(steady),
         "roll": phase(roll),
         "load_per_box": load,
         "busiest_over_mean": round(max(load.values()) / mean, 3) if mean else None,
-        "session_share_on_own_box": round(on_own_box / placed, 3) if placed else None,
-        "session_share_without_hot": (
-            round(sum(max(counts.values()) for counts in others) / placed_others, 3) if placed_others else None
-        ),
+        "session_share_on_own_box": share(by_session.values()),
+        "hot": hot,
+        "session_share_without_hot": share(counts for name, counts in by_session.items() if name != hot),
         "sessions": {name: counts for name, counts in sorted(by_session.items())},
         "samples": len(window),
     }

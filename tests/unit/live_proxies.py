@@ -187,10 +187,9 @@ def start_gateway(
     knobs: dict,
     log: Path | None = None,
     boxes: list[tuple[str, int, Path]] | None = None,
-    edit: Callable[[str], str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
-    ``boxes`` (name, front door port, certificate) when given; ``edit``: a change to the rendered file.
+    ``boxes`` (name, front door port, certificate) when given.
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
     haproxy = haproxy_binary()
@@ -220,7 +219,6 @@ def start_gateway(
     )  # fmt: skip
     # Not what is tested, and a test may not run as root: no chroot, no switch of user.
     conf = "\n".join(line for line in conf.splitlines() if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
-    conf = edit(conf) if edit else conf
     (tmp / "haproxy.cfg").write_text(conf + "\n")
     check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
     assert check.returncode == 0, check.stdout + check.stderr
