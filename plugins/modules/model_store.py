@@ -114,9 +114,9 @@ options:
     type: str
   pin_file:
     description:
-      - The box's own content pins (root's JSON file; the role passes C(/var/lib/gpubox/model-pins.json)): the
-        content of every model commit this box published. A listing that names a pinned commit with other
-        content is refused before anything changes; a published commit without a pin gets one.
+      - The box's own content pins, a JSON file only root writes (the role passes C(/var/lib/gpubox/model-pins.json)),
+        holding the content of every model commit this box published. A listing that names a pinned commit with
+        other content is refused before anything changes; a published commit without a pin gets one.
     type: path
 attributes:
   check_mode:
