@@ -11,7 +11,7 @@ module: model_root
 short_description: Check, read-only, that no user but root can swap the model store at a path
 description:
   - Walks I(root) by its real path, one component at a time without following a link unchecked (the same
-    code the model store runs before it creates anything): every existing directory above it must be root's
+    code the model store runs before it creates anything); every existing directory above it must be root's
     and not writable by group or others (sticky allowed), and a symlink on the way (I(root) itself included)
     is followed only when it is root's in a root-owned directory that group and others cannot write.
   - Returns the problems found, each naming the path and the fix; changes nothing. Preflight runs it.
