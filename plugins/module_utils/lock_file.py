@@ -171,6 +171,12 @@ def parse_lock(text: str, where: str) -> Entries:
                 f"the model lock {where} line {line} has an unusable entry {key!r}: each key is OWNER/NAME@REVISION "
                 "and each entry a commit of 40 hex digits read from the hub; remove it and run make lock-models"
             )
+        revision = str(key).rpartition("@")[2]
+        if is_commit(revision) and commit != revision:
+            raise LockError(
+                f"the model lock {where} line {line}: the entry {key!r} is for the commit {revision} but holds the "
+                f"commit {commit}: revert the file, or remove the entry and run make lock-models"
+            )
         entries[str(key)] = dict(entry)
         entries.lines[str(key)] = line
         entries.field_lines[str(key)] = dict(getattr(entry, "lines", {}))

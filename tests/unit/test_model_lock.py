@@ -73,6 +73,7 @@ def test_a_listing_without_a_commit_is_never_locked() -> None:
         ('{"schema": 2, "models": {}}', "schema 1"),
         ('{"schema": 1, "models": {"nomodel": {"commit": "' + A + '"}}}', "unusable entry"),
         ('{"schema": 1, "models": {"' + MODEL + '@master": {"commit": "abc"}}}', "unusable entry"),
+        ('{"schema": 1, "models": {"' + MODEL + "@" + B + '": {"commit": "' + A + '"}}}', "holds the commit " + A),
     ],
 )
 def test_a_bad_lock_names_the_file_and_the_fix(text: str, words: str) -> None:
@@ -102,14 +103,14 @@ def test_the_lookup_passes_the_content_pin_of_a_commit_revision(tmp_path: Path) 
 
 # A lock entry that lost its content pin, as a hand edit leaves it (issue 31): each refused naming the line.
 HAND_EDITS = {
-    "missing": ('{"schema": 1, "models": {\n  "KEY": {\n    "commit": "' + A + '"\n  }\n}}\n', 2, "no content_sha256"),
+    "missing": ('{"schema": 1, "models": {\n  "KEY": {\n    "commit": "COMMIT"\n  }\n}}\n', 2, "no content_sha256"),
     "null": (
-        '{"schema": 1, "models": {\n  "KEY": {\n    "commit": "' + A + '",\n    "content_sha256": null\n  }\n}}\n',
+        '{"schema": 1, "models": {\n  "KEY": {\n    "commit": "COMMIT",\n    "content_sha256": null\n  }\n}}\n',
         4,
         "content_sha256 is null",
     ),
     "duplicate": (
-        '{"schema": 1, "models": {\n  "KEY": {\n    "commit": "' + A + '",\n    "content_sha256": "' + C + '",\n'
+        '{"schema": 1, "models": {\n  "KEY": {\n    "commit": "COMMIT",\n    "content_sha256": "' + C + '",\n'
         '    "content_sha256": null\n  }\n}}\n',
         5,
         "given twice in one object, on line 4 and on line 5",
@@ -124,7 +125,8 @@ def test_a_lock_entry_that_lost_its_content_pin_is_refused_naming_the_line(
 ) -> None:
     text, line, words = HAND_EDITS[edit]
     lock = tmp_path / "models.lock.json"
-    lock.write_text(text.replace("KEY", f"{MODEL}@{revision}"))
+    commit = A if revision == "master" else B
+    lock.write_text(text.replace("KEY", f"{MODEL}@{revision}").replace("COMMIT", commit))
     base = {"gpubox_model_id": MODEL, "gpubox_model_revision": revision, "gpubox_model_lock_file": str(lock)}
     refused = state(base)["errors"]
     assert any(f"{lock} line {line}" in e and words in e for e in refused), refused
