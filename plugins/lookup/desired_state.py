@@ -14,7 +14,9 @@ description:
     C(gpubox_model_dir), and C(errors), one line per problem naming the variable and the fix.
   - Reads the model lock (C(gpubox_model_lock_file), on the controller) and adds
     C(gpubox_model_commit), the commit to serve (the revision when it is a commit, else its lock
-    entry, else null) and C(gpubox_model_fetch_revision), what the model store asks the hub for.
+    entry, else null), C(gpubox_model_fetch_revision), what the model store asks the hub for, and
+    C(gpubox_model_content_sha256), the content the entry pins; an entry that pins no content is an
+    error naming its line unless C(gpubox_model_accept_unpinned) is true.
   - Adds C(gpubox_fleet_cache) (C(apt_proxy), C(pypi_index), C(model_endpoint), all empty without a
     LAN cache) derived from C(gpubox_fleet_cache_url), and refuses a cache URL that names a host of
     the C(gpu_boxes) group (its inventory name or C(ansible_host)).
@@ -94,6 +96,12 @@ class LookupModule(LookupBase):
         commit = None
         if isinstance(model_id, str) and isinstance(revision, str):
             commit = lock_file.locked_commit(entries, model_id, revision)
+        if isinstance(model_id, str) and isinstance(revision, str) and path and not errors:
+            unpinned = lock_file.unpinned_problem(
+                entries, model_id, revision, public.get("gpubox_model_accept_unpinned") is True, path
+            )
+            if unpinned:
+                errors.append(f"gpubox_model_lock_file: {unpinned}")
         public["gpubox_model_commit"] = commit
         public["gpubox_model_fetch_revision"] = commit or revision
         # The content the lock pins (model_store refuses any other, whatever the channel), or None.

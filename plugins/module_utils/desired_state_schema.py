@@ -154,6 +154,17 @@ ROWS: tuple[Row, ...] = (
         "(plugins/module_utils/lock_file.py; `make lock-models`); '' for none.",
     ),
     Row(
+        "gpubox_model_accept_unpinned",
+        "bool",
+        "true: serve a model lock entry that pins the commit but not its content (no content_sha256); false "
+        "refuses it, naming its line.",
+        default=False,
+        check="bool",
+        required=True,
+        hint="use false (content pinned by the lock), or true to accept an entry without content_sha256",
+        comment="A lock entry without content_sha256 pins the commit, not the files: refused unless this is true.",
+    ),
+    Row(
         "gpubox_model_dtype",
         "str",
         f"vLLM --dtype: {', '.join(DTYPES)}.",

@@ -10,9 +10,10 @@ The formats, with their sources:
 - commit: a git commit id of the model repository, 40 lower-case hex digits. ModelScope's listing
   (``GET /api/v1/models/{owner}/{name}/repo/files``) gives it per file as ``Revision``
   (shared/docs/facts.md, "ModelScope API"); model repositories there are git repositories, whose
-  SHA-1 object ids are 40 hex digits (git's ``git rev-parse`` prints them lower-case). When a listing
-  names no commit, the store names the content itself: ``content-`` + 32 hex digits of a digest over
-  every path, size and sha256 (:func:`content_id`); never a value the hub chose.
+  SHA-1 object ids are 40 hex digits (git's ``git rev-parse`` prints them lower-case). Every file
+  entry must name one and the same commit, and for a commit revision the commit asked for: a listing
+  that names none (``Revision`` missing, null or empty), several, or another is refused whole, since
+  the commit is what the model lock and the box's content pins are keyed by.
 - path: relative, normalized (no empty, ``.`` or ``..`` component, no leading or trailing ``/``), no
   backslash, NUL, newline or any other control character, valid UTF-8, at most 255 bytes a component
   and 1024 characters in all, unique also when case is folded (a case-insensitive copy or mirror
@@ -44,7 +45,6 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.model_errors import 
 from ansible_collections.gpubox.gpubox.plugins.module_utils.model_manifest import MANIFEST_NAME, RemoteFile
 
 COMMIT_RE = re.compile(r"^[0-9a-f]{40}$")
-CONTENT_ID_RE = re.compile(r"^content-[0-9a-f]{32}$")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 PARTIAL_SUFFIX = ".incomplete"  # the modelscope client's name for a partly received file
 CLIENT_DIR = ".gpubox-client"  # inside a staging dir: the client's HOME and cache, never published
@@ -61,16 +61,11 @@ def is_commit(value: Any) -> bool:
     return isinstance(value, str) and bool(COMMIT_RE.match(value))
 
 
-def is_store_id(value: Any) -> bool:
-    """A commit id or the store's own content id: the only values that name a staging or version dir."""
-    return is_commit(value) or (isinstance(value, str) and bool(CONTENT_ID_RE.match(value)))
-
-
 def check_commit(value: Any, where: str) -> str:
     if not is_commit(value):
         raise ListingError(
             f"{where} names the commit {value!r}, not a commit id (40 lower-case hex digits): "
-            "the hub, mirror or cache is broken or hostile; nothing was changed. Check gpubox_model_endpoint "
+            "the hub, mirror or cache is broken or hostile; nothing was changed. Check model_store_endpoint "
             "(or the LAN cache gpubox_fleet_cache_url) and re-run"
         )
     return value
@@ -86,7 +81,7 @@ def check_path(value: Any, where: str) -> str:
     def bad(why: str) -> ListingError:
         return ListingError(
             f"{where} names an unusable path {value!r}: {why}. Nothing was changed; the hub, mirror or cache "
-            "(gpubox_model_endpoint / gpubox_fleet_cache_url) is broken or hostile"
+            "(model_store_endpoint / gpubox_fleet_cache_url) is broken or hostile"
         )
 
     if not isinstance(value, str) or not value:
@@ -207,10 +202,18 @@ def parse_listing(payload: Any, model_id: str, revision: str) -> Listing:
         kind = entry.get("Type", "blob")
         if kind not in ("blob", "tree"):
             raise ListingError(f"{where}: entry {n} has an unknown Type {kind!r} (blob or tree)")
-        if entry.get("Revision") not in (None, ""):
-            commits.add(check_commit(entry["Revision"], f"{where} (entry {n})"))
         if kind == "tree":
+            if entry.get("Revision") not in (None, ""):
+                commits.add(check_commit(entry["Revision"], f"{where} (entry {n})"))
             continue
+        if entry.get("Revision") in (None, ""):
+            raise ListingError(
+                f"{where}: entry {n} ({str(entry.get('Path'))[:120]!r}) names no commit (its Revision is "
+                f"{entry.get('Revision')!r}): content that no commit names cannot be pinned, so the listing is "
+                "refused and nothing was changed. The hub, mirror or cache (model_store_endpoint / "
+                "gpubox_fleet_cache_url) is broken or hostile: point it at the hub itself"
+            )
+        commits.add(check_commit(entry["Revision"], f"{where} (entry {n})"))
         path = check_path(entry.get("Path"), where)
         size = check_size(entry.get("Size"), f"{where}: {path}")
         sha = check_sha256(entry.get("Sha256"), f"{where}: {path}")
@@ -220,24 +223,17 @@ def parse_listing(payload: Any, model_id: str, revision: str) -> Listing:
     if len({f.path for f in files}) != len(files):
         raise ListingError(f"{where} lists a path twice")
     check_tree((f.path for f in files), where)
-    if is_commit(revision):
-        if commits - {revision}:
-            raise ListingError(
-                f"{where} answers with commit(s) {', '.join(sorted(commits - {revision}))}, not the commit asked for: "
-                "the hub, mirror or cache is broken or hostile; nothing was changed"
-            )
-        commit = revision
-    else:
-        commit = commits.pop() if len(commits) == 1 else content_id(files)
-    return Listing(model_id, revision, commit, tuple(sorted(files, key=lambda f: f.path)))
-
-
-def content_id(files: Iterable[RemoteFile]) -> str:
-    """Stand-in for a commit id when the listing carries none (or several): derived from content."""
-    digest = hashlib.sha256()
-    for f in sorted(files, key=lambda f: f.path):
-        digest.update(f"{f.path}\0{f.size}\0{f.sha256}\n".encode())
-    return "content-" + digest.hexdigest()[:32]
+    if is_commit(revision) and commits - {revision}:
+        raise ListingError(
+            f"{where} answers with commit(s) {', '.join(sorted(commits - {revision}))}, not the commit asked for: "
+            "the hub, mirror or cache is broken or hostile; nothing was changed"
+        )
+    if len(commits) != 1:
+        raise ListingError(
+            f"{where} names {len(commits)} commits ({', '.join(sorted(commits))}) for one revision: a listing is "
+            "one commit's files, so the hub, mirror or cache is broken or hostile; nothing was changed"
+        )
+    return Listing(model_id, revision, commits.pop(), tuple(sorted(files, key=lambda f: f.path)))
 
 
 MAX_LISTING_BYTES = 64 << 20

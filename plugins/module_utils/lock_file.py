@@ -17,8 +17,11 @@ The file is JSON (readable and diffable; YAML readers take it too)::
 ``content_sha256`` pins the content, not only its name: the sha256 of the listing's model id, commit and
 every file's path, size and sha256 (hub_listing.content_sha256). Every converge refuses content whose
 digest differs, whatever the channel (https hub, http mirror, LAN cache): a hub or cache that publishes
-other weights under the locked commit is refused. An entry without it (written before it existed) pins
-the commit alone until ``make lock-models`` re-resolves it.
+other weights under the locked commit is refused. A revision that is a commit id gets an entry too (its
+content pin), written by the first converge that publishes it, as a branch's is. An entry whose
+``content_sha256`` is missing or null pins the commit alone: it is refused, naming its line, unless the
+inventory says ``gpubox_model_accept_unpinned: true``. The file is parsed strictly (:func:`loads_strict`): a
+key given twice in one object is refused naming both lines, never silently shadowed.
 
 Read on the controller (the desired_state lookup, the model_lock module delegated to localhost).
 """
@@ -27,7 +30,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import json.scanner
 import os
+import re
 from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils.hub_listing import SHA256_RE, is_commit
@@ -54,12 +59,93 @@ def lock_key(model_id: str, revision: str) -> str:
     return f"{model_id}@{revision}"
 
 
-def parse_lock(text: str, where: str) -> dict[str, dict[str, Any]]:
+class Entries(dict):
+    """A lock's entries (key -> entry), with the line of each entry's key and of each entry's fields."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lines: dict[str, int] = {}
+        self.field_lines: dict[str, dict[str, int]] = {}
+
+
+class _Object(dict):
+    """A JSON object as loads_strict returns it: its keys' lines (1-based) in ``lines``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lines: dict[str, int] = {}
+
+
+class DuplicateKeyError(ValueError):
+    def __init__(self, key: str, line: int, first: int) -> None:
+        super().__init__(f"the key {key!r} is given twice in one object, on line {first} and on line {line}")
+        self.key, self.line, self.first = key, line, first
+
+
+_WS = re.compile(r"[ \t\n\r]*")
+
+
+def _line(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def _parse_object(
+    s_and_end: tuple[str, int], strict: bool, scan_once: Any, _hook: Any, _pairs_hook: Any, _memo: Any = None
+) -> tuple[_Object, int]:
+    """One JSON object for json.scanner (its parse_object): each key's line kept, a second use of a key
+    in the same object refused (DuplicateKeyError), where json.loads would keep the last silently."""
+    text, end = s_and_end
+    found = _Object()
+    end = _WS.match(text, end).end()
+    if text[end : end + 1] == "}":
+        return found, end + 1
+    while True:
+        if text[end : end + 1] != '"':
+            raise json.JSONDecodeError("Expecting property name enclosed in double quotes", text, end)
+        at = end
+        key, end = json.decoder.scanstring(text, end + 1, strict)
+        if key in found.lines:
+            raise DuplicateKeyError(key, _line(text, at), found.lines[key])
+        end = _WS.match(text, end).end()
+        if text[end : end + 1] != ":":
+            raise json.JSONDecodeError("Expecting ':' delimiter", text, end)
+        end = _WS.match(text, end + 1).end()
+        try:
+            value, end = scan_once(text, end)
+        except StopIteration as stop:
+            raise json.JSONDecodeError("Expecting value", text, stop.value) from None
+        found[key], found.lines[key] = value, _line(text, at)
+        end = _WS.match(text, end).end()
+        if text[end : end + 1] == "}":
+            return found, end + 1
+        if text[end : end + 1] != ",":
+            raise json.JSONDecodeError("Expecting ',' delimiter", text, end)
+        end = _WS.match(text, end + 1).end()
+
+
+def loads_strict(text: str) -> Any:
+    """json.loads, but every object keeps its keys' lines and a duplicate key raises DuplicateKeyError
+    (a hand edit that shadows a field, e.g. a second content_sha256, is never read as the last one)."""
+    decoder = json.JSONDecoder()
+    decoder.parse_object = _parse_object  # type: ignore[assignment]
+    decoder.scan_once = json.scanner.py_make_scanner(decoder)  # the pure-Python scanner calls parse_object
+    value, end = decoder.raw_decode(text, _WS.match(text, 0).end())
+    if _WS.match(text, end).end() != len(text):
+        raise json.JSONDecodeError("Extra data", text, end)
+    return value
+
+
+def parse_lock(text: str, where: str) -> Entries:
     """The entries of a lock file's text ({} for an empty file); LockError when it is not a lock."""
     if not text.strip():
-        return {}
+        return Entries()
     try:
-        data = json.loads(text)
+        data = loads_strict(text)
+    except DuplicateKeyError as exc:
+        raise LockError(
+            f"the model lock {where} line {exc.line}: {exc}; a second key shadows the first (a hand edit): "
+            "revert the file, or remove the entry and run make lock-models"
+        ) from exc
     except ValueError as exc:
         raise LockError(
             f"the model lock {where} is not JSON ({exc}): fix it, or delete it and run make lock-models"
@@ -69,31 +155,64 @@ def parse_lock(text: str, where: str) -> dict[str, dict[str, Any]]:
             f"the model lock {where} must be a JSON object with schema {LOCK_SCHEMA} and a models mapping: "
             "fix it, or delete it and run make lock-models"
         )
-    entries: dict[str, dict[str, Any]] = {}
-    for key, entry in data["models"].items():
+    models = data["models"]
+    entries = Entries()
+    for key, entry in models.items():
+        line = getattr(models, "lines", {}).get(key, 0)
         commit = entry.get("commit") if isinstance(entry, dict) else None
         content = entry.get("content_sha256") if isinstance(entry, dict) else None
         if content is not None and not is_sha256(content):
             raise LockError(
-                f"the model lock {where} entry {key!r} has content_sha256 {content!r}, not 64 lower-case hex "
-                "digits: revert the file, or remove the entry and run make lock-models"
+                f"the model lock {where} line {line}: entry {key!r} has content_sha256 {content!r}, not 64 lower-case "
+                "hex digits: revert the file, or remove the entry and run make lock-models"
             )
         if "@" not in str(key) or not is_commit(commit):
             raise LockError(
-                f"the model lock {where} has an unusable entry {key!r}: each key is OWNER/NAME@REVISION and each "
-                "entry a commit of 40 hex digits read from the hub; remove it and run make lock-models"
+                f"the model lock {where} line {line} has an unusable entry {key!r}: each key is OWNER/NAME@REVISION "
+                "and each entry a commit of 40 hex digits read from the hub; remove it and run make lock-models"
+            )
+        revision = str(key).rpartition("@")[2]
+        if is_commit(revision) and commit != revision:
+            raise LockError(
+                f"the model lock {where} line {line}: the entry {key!r} is for the commit {revision} but holds the "
+                f"commit {commit}: revert the file, or remove the entry and run make lock-models"
             )
         entries[str(key)] = dict(entry)
+        entries.lines[str(key)] = line
+        entries.field_lines[str(key)] = dict(getattr(entry, "lines", {}))
     return entries
 
 
-def read_lock(path: str) -> dict[str, dict[str, Any]]:
+def unpinned_problem(
+    entries: dict[str, dict[str, Any]], model_id: str, revision: str, accept_unpinned: bool, where: str
+) -> str | None:
+    """The refusal of model_id@revision's entry when it pins no content (content_sha256 missing or null),
+    naming its line; None when it pins content, has no entry (the first converge records one) or the
+    inventory accepts an unpinned model (gpubox_model_accept_unpinned)."""
+    key = lock_key(model_id, revision)
+    entry = entries.get(key)
+    if entry is None or entry.get("content_sha256") is not None or accept_unpinned:
+        return None
+    fields = getattr(entries, "field_lines", {}).get(key, {})
+    if "content_sha256" in entry:
+        line, lost = fields.get("content_sha256", 0), "content_sha256 is null"
+    else:
+        line, lost = getattr(entries, "lines", {}).get(key, 0), "it has no content_sha256"
+    return (
+        f"the model lock {where} line {line}: the entry {key!r} pins the commit {entry.get('commit')} but not its "
+        f"content ({lost}), so a hub or LAN cache could serve other files under that commit. Re-resolve it on "
+        "purpose from the https hub (make lock-models writes its content_sha256), revert the file to a version "
+        "that has it, or set gpubox_model_accept_unpinned: true to serve the commit without a content pin"
+    )
+
+
+def read_lock(path: str) -> Entries:
     """The entries of the lock file at path; {} when it does not exist."""
     try:
         with open(path, encoding="utf-8") as fh:
             text = fh.read()
     except FileNotFoundError:
-        return {}
+        return Entries()
     except OSError as exc:
         raise LockError(f"the model lock {path} cannot be read ({exc.strerror}): check its permissions") from exc
     return parse_lock(text, path)

@@ -12,7 +12,8 @@ orchestration; each trust boundary has a file of its own:
 - model_manifest.py: the manifest and the re-hash (stdlib only: the box's weekly re-hash runs it).
 
 What a run does: read the listing (checked), refuse it unless its content is the locked one (the
-model lock's content_sha256, whatever channel it came over: https hub, http mirror, LAN cache),
+model lock's content_sha256, whatever channel it came over: https hub, http mirror, LAN cache) and,
+for a commit this box published before, the content it pinned then (model_pins.py),
 keep the live version when it is that content and intact, else switch to a kept intact copy, else
 download into staging as the download user, verify every sha256, and publish a root-made copy by
 rename(2). Every failure is a ModelStoreError whose message names the path and the fix (OSErrors
@@ -70,6 +71,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.model_manifest impor
     read_manifest,
     verify_dir,
 )
+from ansible_collections.gpubox.gpubox.plugins.module_utils.model_pins import check_pinned, read_pins, record_pin
 from ansible_collections.gpubox.gpubox.plugins.module_utils.store_layout import (
     FILE_MODE,
     PUBLISH_PREFIX,
@@ -183,6 +185,9 @@ class Request:
     # whose content differs is refused, whatever channel it came over. None: nothing locked yet.
     content_sha256: str | None
     lock_file: str | None
+    # The box's own content pins (model_pins.py): every commit it published, with its content; a listing
+    # naming a pinned commit with other content is refused. None: no box-side pins (tests of other parts).
+    pin_file: str | None
     check_mode: bool = False
 
     def __post_init__(self) -> None:
@@ -374,6 +379,8 @@ def _run(
         req.endpoint, req.model_id, req.revision, timeout=min(120.0, float(req.timeout)), cafile=req.ca_bundle
     )
     check_locked_content(req, listing)
+    pin_path = Path(req.pin_file) if req.pin_file else None
+    pinned = pin_path is not None and check_pinned(read_pins(pin_path), listing, req.endpoint, pin_path)
     progress.bytes_total, progress.files_total = listing.total_size, len(listing.files)
     result = StoreResult(
         changed=False,
@@ -387,10 +394,16 @@ def _run(
     if not req.check_mode:
         ensure_layout(layout)
         with store_lock(layout.lock_path):
-            return _converge(req, layout, listing, result, deadline, free, progress, progress_path)
+            result = _converge(req, layout, listing, result, deadline, free, progress, progress_path)
+            # The content now live is this commit's pin on this box (a first publish, or a box pinned before).
+            if pin_path is not None and record_pin(pin_path, listing, req.endpoint):
+                result.changed = True
+            return result
     if layout.live.exists() and not layout.live.is_symlink():
         raise ModelStoreError(f"{layout.live} is a real directory, not the symlink this store manages")
-    return _converge(req, layout, listing, result, deadline, free, progress, progress_path)
+    result = _converge(req, layout, listing, result, deadline, free, progress, progress_path)
+    result.changed = result.changed or (pin_path is not None and not pinned)
+    return result
 
 
 def _converge(

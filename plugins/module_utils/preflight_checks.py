@@ -13,7 +13,13 @@ host keys (all optional; a missing one is reported, not raised):
   disk_free_bytes, disk_mount          free bytes of the filesystem holding gpubox_model_root, its mount
   model_bytes_present                  bytes already in the model's directory there (0 when absent)
   model_root_stat                      "UID MODE TYPE" of an existing gpubox_model_root (stat -L), or "absent"
+  model_root_problems                  what the gpubox.gpubox.model_root module found above the root (a list
+                                       of messages: store_layout.root_path_problems, the model store's walk)
   secure_boot                          bool, what nvidia_driver's validate.yml recorded
+
+Every host field preflight reads has one type (:class:`HostFacts`, and gpu_parsers.GpuInfo for each GPU of
+the ``gpubox_gpu`` fact) and is read through one typed parser, :func:`read_host`: a value of the wrong
+type (``"12288 MiB"`` where an int of MiB is due) is an error naming the fact and the field, never skipped.
 
 config keys: the desired state, either as the gpubox.gpubox.desired_state lookup returns it (checked,
 with ``errors``) or as raw gpubox_* variables (checked here by state_checks, the one validator), plus
@@ -24,10 +30,17 @@ preflight_ram_factor, preflight_disk_headroom_bytes, preflight_supported_os (["U
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+import types
+import typing
+from dataclasses import dataclass, field, fields
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    capacity_planner,
+    gpu_parsers,
+    model_catalog,
+    state_checks,
+)
 
 GIB = 1024**3
 MIB = 1024**2
@@ -100,8 +113,8 @@ def _gib(value: float) -> str:
     return f"{value / GIB:.1f} GiB"
 
 
-def _gpu_label(gpu: dict[str, Any]) -> str:
-    return f"GPU {gpu.get('index', '?')} ({gpu.get('name') or 'unnamed'}, slot {gpu.get('pci_bus_id', '?')})"
+def _gpu_label(gpu: gpu_parsers.GpuInfo) -> str:
+    return f"GPU {gpu.index} ({gpu.name or 'unnamed'}, slot {gpu.pci_bus_id})"
 
 
 def _os_matches(entry: str, distribution: str, version: str) -> bool:
@@ -111,6 +124,132 @@ def _os_matches(entry: str, distribution: str, version: str) -> bool:
         return False
     want_parts, have_parts = want.split("."), version.split(".")
     return have_parts[: len(want_parts)] == want_parts
+
+
+# --------------------------------------------------------------------------- the box's facts, typed
+
+
+@dataclass(frozen=True)
+class GpuFact:
+    """The part of the ``gpubox_gpu`` fact (gpu_parsers.gpu_facts) preflight reads; each GPU is a GpuInfo."""
+
+    source: str | None = None
+    nvidia_smi_error: str | None = None
+    gpus: tuple[gpu_parsers.GpuInfo, ...] = ()
+
+
+@dataclass(frozen=True)
+class HostFacts:
+    """What preflight reads about the box (see the module docstring), each field with its one type."""
+
+    distribution: str | None = None
+    distribution_version: str | None = None
+    memtotal_mb: int | None = None
+    gpu: GpuFact | None = None
+    disk_free_bytes: int | None = None
+    disk_mount: str | None = None
+    model_bytes_present: int | None = None
+    model_root_stat: str | None = None
+    model_root_problems: tuple[str, ...] = ()
+    secure_boot: bool | None = None
+    # The fields whose value had the wrong type (reported once by read_host, not again as unknown).
+    refused: frozenset[str] = frozenset()
+
+
+# Where each host field comes from, for the fix in a refusal.
+_SOURCES = {
+    "gpu": "re-gather it with the gpubox.gpubox.gpu_facts module (a cached or hand-set gpubox_gpu is stale or forged)",
+    "memtotal_mb": "gather the hardware facts again (setup: gather_subset hardware), not a cached or hand-set value",
+    "model_root_problems": "run the gpubox.gpubox.model_root module for gpubox_model_root",
+    "secure_boot": "run nvidia_driver's validate.yml (it records gpubox_driver_check.secure_boot)",
+}
+_DEFAULT_SOURCE = "it is measured by roles/preflight/tasks/main.yml; do not set it by hand"
+
+
+def _type_words(hint: Any) -> str:
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    words = {int: "an integer", str: "a string", bool: "true or false", float: "a number"}
+    named = [words.get(o, getattr(o, "__name__", str(o))) for o in options if o is not type(None)]
+    return " or ".join(named) + (" (or null)" if type(None) in options else "")
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """value is of the type hint (int never accepts a bool; a tuple of str accepts a list of str)."""
+    options = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    for option in options:
+        if option is type(None) and value is None:
+            return True
+        if option is bool and isinstance(value, bool):
+            return True
+        if option is int and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if option is str and isinstance(value, str):
+            return True
+        if typing.get_origin(option) is tuple and isinstance(value, (list, tuple)):
+            element = typing.get_args(option)[0]
+            return all(_has_type(item, element) for item in value)
+    return False
+
+
+def _read_typed(
+    cls: type, data: dict[str, Any], label: str, fix_of: typing.Callable[[str], str], errors: list[str]
+) -> tuple[dict[str, Any], set[str]]:
+    """The fields of dataclass cls present in data, each checked against its type hint (nested facts and
+    ``refused`` are the caller's); a wrong one is an error naming label.field and the fix, and is left out
+    (its default). Returns (values, the names refused)."""
+    hints = typing.get_type_hints(cls)
+    values: dict[str, Any] = {}
+    refused: set[str] = set()
+    for f in fields(cls):
+        if f.name not in data or f.name in ("refused", "gpu", "gpus"):
+            continue
+        value = data[f.name]
+        if _has_type(value, hints[f.name]):
+            values[f.name] = tuple(value) if isinstance(value, list) else value
+            continue
+        refused.add(f.name)
+        errors.append(
+            f"the box's fact {label}{f.name} is {str(value)[:80]!r} ({type(value).__name__}), not "
+            f"{_type_words(hints[f.name])}: preflight refuses it rather than skip the check it feeds. "
+            f"Fix: {fix_of(f.name)}"
+        )
+    return values, refused
+
+
+def _read_gpu_fact(fact: Any, errors: list[str]) -> GpuFact | None:
+    """The gpubox_gpu fact, typed (None when it has no list of GPUs: reported as missing GPU facts)."""
+    if not isinstance(fact, dict) or not isinstance(fact.get("gpus"), list):
+        return None
+
+    def fix_of(_name: str) -> str:
+        return _SOURCES["gpu"]
+
+    values, _refused = _read_typed(GpuFact, fact, "gpubox_gpu.", fix_of, errors)
+    gpus = []
+    for n, gpu in enumerate(fact["gpus"]):
+        label = f"gpubox_gpu.gpus[{n}]"
+        if not isinstance(gpu, dict):
+            errors.append(
+                f"the box's fact {label} is {str(gpu)[:80]!r}, not a mapping of GPU fields. Fix: {fix_of('')}"
+            )
+            continue
+        read, _refused = _read_typed(gpu_parsers.GpuInfo, gpu, label + ".", fix_of, errors)
+        for name in ("index", "pci_bus_id"):  # the fields every GpuInfo has
+            if name not in gpu:
+                errors.append(f"the box's fact {label} has no {name}. Fix: {fix_of(name)}")
+        gpus.append(gpu_parsers.GpuInfo(**{"index": n, "pci_bus_id": "?", **read}))
+    return GpuFact(**values, gpus=tuple(gpus))
+
+
+def read_host(host: dict[str, Any]) -> tuple[HostFacts, list[str]]:
+    """The one typed parser of what preflight reads about the box: (HostFacts, errors). A field of the
+    wrong type is an error naming it (never skipped) and is left unknown in the result, marked refused so
+    that no check reports it a second time; an absent field is unknown (each check says what that means)."""
+    errors: list[str] = []
+    values, refused = _read_typed(HostFacts, host, "", lambda name: _SOURCES.get(name, _DEFAULT_SOURCE), errors)
+    if host.get("gpu") is not None:
+        values["gpu"] = _read_gpu_fact(host["gpu"], errors)
+    return HostFacts(**values, refused=frozenset(refused)), errors
 
 
 # --------------------------------------------------------------------------- checks
@@ -141,9 +280,9 @@ def _check_settings(config: dict[str, Any], report: _Report) -> tuple[float, int
     return float(factor), headroom, list(supported)
 
 
-def _check_os(host: dict[str, Any], supported: list[str], report: _Report) -> None:
-    distribution = str(host.get("distribution") or "")
-    version = str(host.get("distribution_version") or "")
+def _check_os(host: HostFacts, supported: list[str], report: _Report) -> None:
+    distribution = host.distribution or ""
+    version = host.distribution_version or ""
     found = f"{distribution or '?'} {version or '?'}"
     ok = bool(distribution and version) and any(_os_matches(s, distribution, version) for s in supported)
     report.row("OS", found, ok)
@@ -163,9 +302,9 @@ def _check_port(config: dict[str, Any], report: _Report) -> None:
         )
 
 
-def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -> int | None:
+def _check_gpus(host: HostFacts, config: dict[str, Any], report: _Report) -> int | None:
     """Compare the GPU facts with gpubox_gpu_name/count/memory_mib. Returns the GPUs present."""
-    fact = host.get("gpu")
+    fact = host.gpu
     want_name = config.get("gpubox_gpu_name")
     want_count = config.get("gpubox_gpu_count")
     want_mib = config.get("gpubox_gpu_memory_mib")
@@ -174,15 +313,15 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
         want_count = None
     if not _is_number(want_mib) or want_mib <= 0:
         want_mib = None
-    if not isinstance(fact, dict) or not isinstance(fact.get("gpus"), list):
+    if fact is None:
         report.row("GPUs", "no GPU facts", False)
         report.errors.append(
             "no GPU facts (gpubox_gpu) were gathered: run the gpubox.gpubox.gpu_facts module before preflight"
         )
         return None
-    gpus = [g for g in fact["gpus"] if isinstance(g, dict)]
-    source = str(fact.get("source") or "?")
-    names = sorted({str(g.get("name")) for g in gpus if g.get("name")})
+    gpus = fact.gpus
+    source = fact.source or "?"
+    names = sorted({g.name for g in gpus if g.name})
     errors_before = len(report.errors)
 
     if want_count is not None and len(gpus) != want_count:
@@ -191,15 +330,15 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
             "reseat or power the missing card (check `lspci -d 10de:` and the BIOS), or put the host in "
             "the topology group that matches its GPUs"
         )
-    if fact.get("nvidia_smi_error"):
+    if fact.nvidia_smi_error:
         report.warnings.append(
-            f"nvidia-smi failed ({fact['nvidia_smi_error']}); GPUs were read from sysfs. A driver/library "
+            f"nvidia-smi failed ({fact.nvidia_smi_error}); GPUs were read from sysfs. A driver/library "
             "mismatch is fixed by the reboot gate after nvidia_driver"
         )
 
     if isinstance(want_name, str) and want_name:
         if source == "nvidia-smi":
-            wrong = [g for g in gpus if g.get("name") != want_name]
+            wrong = [g for g in gpus if g.name != want_name]
             for gpu in wrong:
                 report.errors.append(
                     f"gpubox_gpu_name is {want_name!r} but {_gpu_label(gpu)} is a different model: fix the "
@@ -215,18 +354,18 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
                 )
             else:
                 for gpu in gpus:
-                    got = str(gpu.get("pci_device_id") or "").lower()
+                    got = (gpu.pci_device_id or "").lower()
                     if got != want_id:
                         report.errors.append(
                             f"gpubox_gpu_name is {want_name!r} (PCI device {want_id}) but GPU "
-                            f"{gpu.get('index', '?')} in slot {gpu.get('pci_bus_id', '?')} is PCI device "
+                            f"{gpu.index} in slot {gpu.pci_bus_id} is PCI device "
                             f"{got or 'unknown'}: fix the host's topology group or the card"
                         )
 
     if want_mib is not None:
         for gpu in gpus:
-            have = gpu.get("memory_total_mib")
-            if _is_number(have) and abs(have - want_mib) > GPU_MEMORY_TOLERANCE_MIB:
+            have = gpu.memory_total_mib
+            if have is not None and abs(have - want_mib) > GPU_MEMORY_TOLERANCE_MIB:
                 report.errors.append(
                     f"gpubox_gpu_memory_mib is {want_mib} but {_gpu_label(gpu)} has {have} MiB: set it to "
                     "nvidia-smi's memory.total for this model, or fix the topology group"
@@ -238,14 +377,14 @@ def _check_gpus(host: dict[str, Any], config: dict[str, Any], report: _Report) -
         len(report.errors) == errors_before,
     )
     for gpu in gpus:
-        cur, top = gpu.get("pcie_link_width_current"), gpu.get("pcie_link_width_max")
-        if _is_int(cur) and _is_int(top) and cur < top:
+        cur, top = gpu.pcie_link_width_current, gpu.pcie_link_width_max
+        if cur is not None and top is not None and cur < top:
             report.warnings.append(
                 f"{_gpu_label(gpu)} runs at PCIe x{cur} of x{top}: move it to a x{top}-wired slot or check "
                 "the riser (weight loading and tensor-parallel all-reduce slow down)"
             )
-        bar1 = gpu.get("bar1_total_mib")
-        if _is_int(bar1) and 0 < bar1 <= BAR1_SMALL_MIB:
+        bar1 = gpu.bar1_total_mib
+        if bar1 is not None and 0 < bar1 <= BAR1_SMALL_MIB:
             report.warnings.append(
                 f"{_gpu_label(gpu)} has a BAR1 of {bar1} MiB: Resizable BAR is off; turn on Above 4G "
                 "Decoding and Resizable BAR in the BIOS"
@@ -303,10 +442,12 @@ def _check_plan(facts: dict[str, Any], model: dict[str, Any] | None, refused: se
     return None
 
 
-def _check_ram(host: dict[str, Any], model: dict[str, Any] | None, factor: float, report: _Report) -> None:
-    memtotal = host.get("memtotal_mb")
-    if not _is_number(memtotal) or memtotal <= 0:
+def _check_ram(host: HostFacts, model: dict[str, Any] | None, factor: float, report: _Report) -> None:
+    memtotal = host.memtotal_mb
+    if memtotal is None or memtotal <= 0:
         report.row("RAM", "unknown", False)
+        if "memtotal_mb" in host.refused:
+            return  # its type was refused (read_host said so)
         report.errors.append(
             f"the box's RAM is unknown (memtotal_mb {memtotal!r}): gather the hardware facts "
             "(gather_subset: hardware) before preflight"
@@ -328,13 +469,15 @@ def _check_ram(host: dict[str, Any], model: dict[str, Any] | None, factor: float
 
 
 def _check_disk(
-    host: dict[str, Any], config: dict[str, Any], model: dict[str, Any] | None, headroom: int, report: _Report
+    host: HostFacts, config: dict[str, Any], model: dict[str, Any] | None, headroom: int, report: _Report
 ) -> None:
     root = config.get("gpubox_model_root") or "?"
-    free = host.get("disk_free_bytes")
-    mount = host.get("disk_mount") or "?"
-    if not _is_int(free) or free < 0:
+    free = host.disk_free_bytes
+    mount = host.disk_mount or "?"
+    if free is None or free < 0:
         report.row(f"disk at {root}", "unknown", False)
+        if "disk_free_bytes" in host.refused:
+            return  # its type was refused (read_host said so)
         report.errors.append(
             f"free space at gpubox_model_root ({root}) is unknown (disk_free_bytes {free!r}): make its parent "
             "directory readable and `df` available"
@@ -343,8 +486,7 @@ def _check_disk(
     if model is None:
         report.row(f"disk at {root}", f"{_gib(free)} free on {mount}", None)
         return
-    present = host.get("model_bytes_present") or 0
-    present = present if _is_int(present) and present > 0 else 0
+    present = host.model_bytes_present if host.model_bytes_present and host.model_bytes_present > 0 else 0
     need = max(0, model["weights_bytes"] - present) + headroom
     ok = free >= need
     report.row(f"disk at {root}", f"{_gib(free)} free on {mount} (need {_gib(need)})", ok)
@@ -357,10 +499,10 @@ def _check_disk(
         )
 
 
-def _check_model_root_owner(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
+def _check_model_root_owner(host: HostFacts, config: dict[str, Any], report: _Report) -> None:
     """An existing gpubox_model_root must be root's and writable by no one else (state_checks' rule,
     the one the model store applies too); an absent one is created by the store."""
-    root, found = config.get("gpubox_model_root"), host.get("model_root_stat")
+    root, found = config.get("gpubox_model_root"), host.model_root_stat
     if not root or found in (None, "", "absent"):
         return
     parts = str(found).split(" ", 2)
@@ -375,23 +517,12 @@ def _check_model_root_owner(host: dict[str, Any], config: dict[str, Any], report
         report.errors.append(problem)
 
 
-def _check_model_root_ancestors(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
-    """Every existing directory above gpubox_model_root is root's and not writable by others (the rule
-    the model store applies too): otherwise another user could swap the whole store."""
-    root = config.get("gpubox_model_root")
-    lines = host.get("model_root_ancestors") or []
-    if not root or not isinstance(lines, list):
-        return
-    for line in lines:
-        parts = str(line).split(" ", 2)
-        try:
-            uid, mode, path = int(parts[0]), int(parts[1], 8), parts[2]
-        except (IndexError, ValueError):
-            report.errors.append(f"gpubox_model_root ({root}): could not read the owner of a parent ({line!r})")
-            continue
-        problem = state_checks.store_ancestor_problem("gpubox_model_root", root, path, uid, mode)
-        if problem:
-            report.errors.append(problem)
+def _check_model_root_ancestors(host: HostFacts, config: dict[str, Any], report: _Report) -> None:
+    """What the gpubox.gpubox.model_root module found on the real path above gpubox_model_root (the walk
+    the model store runs, store_layout.root_path_problems): a directory or symlink another user could
+    change lets that user swap the whole store."""
+    if config.get("gpubox_model_root"):
+        report.errors.extend(host.model_root_problems)
 
 
 def _check_api_key(config: dict[str, Any], state_errors: list[str], report: _Report) -> None:
@@ -399,8 +530,8 @@ def _check_api_key(config: dict[str, Any], state_errors: list[str], report: _Rep
     report.row("API key", "valid" if ok else "missing or invalid", ok)
 
 
-def _check_secure_boot(host: dict[str, Any], config: dict[str, Any], report: _Report) -> None:
-    secure_boot = host.get("secure_boot")
+def _check_secure_boot(host: HostFacts, config: dict[str, Any], report: _Report) -> None:
+    secure_boot = host.secure_boot
     if secure_boot is None:
         return
     report.row("Secure Boot", "on" if secure_boot else "off", None)
@@ -469,23 +600,25 @@ def preflight(host: dict[str, Any], config: dict[str, Any]) -> dict[str, Any]:
         )
         return {"errors": report.errors, "warnings": [], "plan": None, "table": ""}
     factor, headroom, supported = _check_settings(config, report)
+    typed, fact_errors = read_host(host)
+    report.errors.extend(fact_errors)
     facts, state_errors = desired(config)
     report.errors.extend(state_errors)
     # A fact the desired state refused is not checked again under another wording.
     refused = {name for name in state_checks.FACTS if any(e.startswith(name) for e in state_errors)}
     facts = {k: (None if k in refused else v) for k, v in facts.items()}
-    _check_os(host, supported, report)
-    present = _check_gpus(host, facts, report)
+    _check_os(typed, supported, report)
+    present = _check_gpus(typed, facts, report)
     _check_parallel_vs_present(facts, present, report)
     _check_port(facts, report)
     model = _model_facts(facts, refused, report)
     plan = _check_plan(facts, model, refused, report)
-    _check_ram(host, model, factor, report)
-    _check_disk(host, facts, model, headroom, report)
-    _check_model_root_owner(host, facts, report)
-    _check_model_root_ancestors(host, facts, report)
+    _check_ram(typed, model, factor, report)
+    _check_disk(typed, facts, model, headroom, report)
+    _check_model_root_owner(typed, facts, report)
+    _check_model_root_ancestors(typed, facts, report)
     _check_api_key(facts, state_errors, report)
-    _check_secure_boot(host, config, report)
+    _check_secure_boot(typed, config, report)
     _check_model_lock(facts, config, report)
     # One line per problem: the same message from two checks is reported once.
     errors = list(dict.fromkeys(report.errors))

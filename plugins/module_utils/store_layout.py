@@ -8,7 +8,7 @@ On-disk layout under the store root (default /data/models):
     <root>/.staging/<name>@<commit>/   the download user's, 0700: download in progress (kept for resume)
     <root>/.staging/.publish-<name>@<commit>/  root's, 0700: the next version while it is assembled
 
-Trust boundary: <commit> is a checked value (hub_listing.is_store_id) before it names a directory, and
+Trust boundary: <commit> is a checked value (hub_listing.is_commit) before it names a directory, and
 every listed path is a checked path. Least privilege: the download user owns only the staging
 directory and the files it wrote there; it never owns, nor can write, an inode that is or was live
 (a repair's seed is a hard link that stays root's and read-only to it, and is never given away).
@@ -38,7 +38,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.hub_listing import (
     CLIENT_DIR,
     PARTIAL_SUFFIX,
     Listing,
-    is_store_id,
+    is_commit,
 )
 from ansible_collections.gpubox.gpubox.plugins.module_utils.model_errors import (
     DiskSpaceError,
@@ -222,27 +222,95 @@ class StoreLayout:
 
 
 def _store_id(commit: str) -> str:
-    """A commit as a directory name: only a checked commit id or the store's content id (never a path)."""
-    if not is_store_id(commit):
+    """A commit as a directory name: only a checked commit id (never a path)."""
+    if not is_commit(commit):
         raise ModelStoreError(f"{commit!r} is not a commit id: it never names a directory of the store")
     return commit
 
 
-def check_ancestors(root: Path) -> None:
-    """Every existing directory above the store root is root's and not writable by others (state_checks'
-    rule): one that is lets another user move the store aside and put their own in its place."""
-    for ancestor in root.parents:
-        try:
-            st = ancestor.stat()
-        except FileNotFoundError:
+# Linux follows at most 40 symlinks in one path lookup (path_resolution(7)); a longer chain is a loop.
+MAX_LINKS = 40
+_GROUP_OTHER_WRITE = 0o022
+
+
+def _link_problem(name: str, root: Path, link: Path, st: os.stat_result, parent: os.stat_result) -> str | None:
+    """A symlink above (or at) the store root may be followed only when no user but root can change it:
+    the link is root's and lies in a directory that is root's and not writable by group or others (sticky
+    or not: whoever may write there could have made the link)."""
+    if st.st_uid == 0 and parent.st_uid == 0 and not parent.st_mode & _GROUP_OTHER_WRITE:
+        return None
+    who = (
+        f"the link is owned by uid {st.st_uid}"
+        if st.st_uid != 0
+        else f"its directory {link.parent} is owned by uid {parent.st_uid} with mode {stat.S_IMODE(parent.st_mode):04o}"
+    )
+    return (
+        f"{name} {root} is reached through the symlink {link} and {who}: a user other than root could point it "
+        "elsewhere and choose where the next run writes the store. Fix: set "
+        f"{name} to the real path ({os.path.realpath(root)}) once its every parent is root's and not writable by "
+        f"group or others, or make {link} and its directory root's (`chown -h root:root {link}; chown root:root "
+        f"{link.parent}; chmod go-w {link.parent}`)"
+    )
+
+
+def root_path_problems(root: Path, name: str = "gpubox_model_root") -> list[str]:
+    """What lets a user other than root swap the store at root, checked by the real path, one component at a
+    time (lstat, never following a link unchecked): every existing directory above the root is root's and
+    not writable by others (state_checks' rule, sticky allowed); a symlink on the way (the root itself
+    included) is followed only when root's in a root-owned directory nobody else may write, and the walk
+    goes on from its target. What does not exist yet is created by the store under the last checked
+    directory. [] when the path is safe; the first problem otherwise (what lies beyond it is unknown)."""
+    real = Path("/")
+    try:
+        here = os.lstat(real)
+    except OSError as exc:
+        return [f"{name} {root}: / cannot be read ({exc.strerror})"]
+    problem = state_checks.store_ancestor_problem(name, str(root), "/", here.st_uid, stat.S_IMODE(here.st_mode))
+    if problem:
+        return [problem]
+    pending, links = list(root.parts[1:]), 0
+    while pending:
+        part = pending.pop(0)
+        if part in ("", "."):
             continue
+        if part == "..":  # real holds no link: its parent is the real parent, checked on the way down
+            real = real.parent
+            here = os.lstat(real)
+            continue
+        candidate = real / part
+        try:
+            st = os.lstat(candidate)
+        except FileNotFoundError:
+            return []
         except OSError as exc:
-            raise os_error(exc, f"reading {ancestor}") from exc
-        problem = state_checks.store_ancestor_problem(
-            "gpubox_model_root", str(root), str(ancestor), st.st_uid, stat.S_IMODE(st.st_mode)
-        )
-        if problem:
-            raise ModelStoreError(problem)
+            return [f"{name} {root}: {candidate} cannot be read ({exc.strerror}); check its parent's permissions"]
+        if stat.S_ISLNK(st.st_mode):
+            links += 1
+            if problem := _link_problem(name, root, candidate, st, here):
+                return [problem]
+            if links > MAX_LINKS:
+                return [f"{name} {root} goes through more than {MAX_LINKS} symlinks (a loop): set it to a real path"]
+            target = os.readlink(candidate)
+            if target.startswith("/"):
+                real, here = Path("/"), os.lstat("/")
+            pending = [p for p in target.split("/") if p] + pending
+            continue
+        if pending:  # a directory above the root (the root itself is check_store_dir's)
+            if not stat.S_ISDIR(st.st_mode):
+                return [f"{name} {root} lies under {candidate}, which is not a directory: choose another path"]
+            if problem := state_checks.store_ancestor_problem(
+                name, str(root), str(candidate), st.st_uid, stat.S_IMODE(st.st_mode)
+            ):
+                return [problem]
+        real, here = candidate, st
+    return []
+
+
+def check_ancestors(root: Path) -> None:
+    """Refuse a store root that another user could swap (root_path_problems), before anything is created."""
+    problems = root_path_problems(root)
+    if problems:
+        raise ModelStoreError(problems[0])
 
 
 def check_store_dir(path: Path, name: str = "gpubox_model_root") -> None:

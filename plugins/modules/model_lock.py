@@ -11,9 +11,9 @@ module: model_lock
 short_description: Record the commit a model's branch or tag was resolved to in the inventory's lock file
 description:
   - Adds (or with I(replace), updates) one entry per item of I(resolved) in the lock file I(path),
-    keyed C(OWNER/NAME@REVISION), holding the commit the hub's listing named. Revisions that are
-    already commit ids are not locked. The file is written whole (temp file, rename) and only when
-    an entry changes.
+    keyed C(OWNER/NAME@REVISION), holding the commit the hub's listing named and its content
+    (C(content_sha256), C(files), C(total_bytes)). A revision that is already a commit id gets an entry
+    only for its content. The file is written whole (temp file, rename) and only when an entry changes.
   - Runs where the lock file lives, the controller (delegated to localhost).
 options:
   path:

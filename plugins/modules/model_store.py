@@ -112,6 +112,12 @@ options:
   lock_file:
     description: The model lock file named in the refusal (gpubox_model_lock_file).
     type: str
+  pin_file:
+    description:
+      - The box's own content pins, a JSON file only root writes (the role passes C(/var/lib/gpubox/model-pins.json)),
+        holding the content of every model commit this box published. A listing that names a pinned commit with
+        other content is refused before anything changes; a published commit without a pin gets one.
+    type: path
 attributes:
   check_mode:
     support: full
@@ -228,6 +234,7 @@ ARGUMENT_SPEC = {
     "expected_config": {"type": "dict"},
     "content_sha256": {"type": "str"},
     "lock_file": {"type": "str"},
+    "pin_file": {"type": "path"},
 }
 
 

@@ -140,14 +140,34 @@ def test_malformed_listings_are_refused_with_a_message_not_a_traceback(body: Any
 def test_the_commit_asked_for_is_the_commit_answered() -> None:
     other = "f" * 40
     assert hl.parse_listing(payload(blob()), MODEL, COMMIT).commit == COMMIT
-    assert hl.parse_listing(payload(blob(Revision=None)), MODEL, COMMIT).commit == COMMIT
     with pytest.raises(ListingError, match="not the commit asked for"):
         hl.parse_listing(payload(blob(Revision=other)), MODEL, COMMIT)
 
 
-def test_a_listing_without_a_commit_is_named_by_its_content_never_by_the_hub() -> None:
-    listing = hl.parse_listing(payload(blob(Revision=None)), MODEL, "master")
-    assert hl.CONTENT_ID_RE.match(listing.commit)
+@pytest.mark.parametrize("revision", [COMMIT, "master"])
+@pytest.mark.parametrize("missing", [{"Revision": None}, {"Revision": ""}, "absent"])
+def test_a_listing_that_names_no_commit_is_refused_never_taken_for_the_one_asked(
+    revision: str, missing: dict | str
+) -> None:
+    """Issue 31: a file entry without a Revision was taken for the commit asked (a commit pin) or named by
+    its content (a branch): content no commit names cannot be pinned, so the listing is refused."""
+    entry = blob()
+    if missing == "absent":
+        del entry["Revision"]
+    else:
+        entry |= missing
+    with pytest.raises(ListingError, match=r"entry 0 \('a\.bin'\) names no commit") as refused:
+        hl.parse_listing(payload(entry), MODEL, revision)
+    assert "nothing was changed" in str(refused.value) and "model_store_endpoint" in str(refused.value)
+    # one entry of two without it is enough
+    with pytest.raises(ListingError, match="names no commit"):
+        hl.parse_listing(payload(blob("b.bin"), entry), MODEL, revision)
+    assert hl.parse_listing(payload(blob()), MODEL, revision).commit == COMMIT  # control: named, taken
+
+
+def test_a_listing_that_names_two_commits_is_refused() -> None:
+    with pytest.raises(ListingError, match="names 2 commits"):
+        hl.parse_listing(payload(blob(), blob("b.bin", Revision="f" * 40)), MODEL, "master")
 
 
 @pytest.mark.parametrize("commit", ["p/../../x", "../x", "a b", "x\ny", "", "master"])

@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 A = "a" * 40
 B = "0123456789abcdef0123456789abcdef01234567"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
+C = "c" * 64
 
 
 def state(extra: dict) -> dict:
@@ -72,6 +73,7 @@ def test_a_listing_without_a_commit_is_never_locked() -> None:
         ('{"schema": 2, "models": {}}', "schema 1"),
         ('{"schema": 1, "models": {"nomodel": {"commit": "' + A + '"}}}', "unusable entry"),
         ('{"schema": 1, "models": {"' + MODEL + '@master": {"commit": "abc"}}}', "unusable entry"),
+        ('{"schema": 1, "models": {"' + MODEL + "@" + B + '": {"commit": "' + A + '"}}}', "holds the commit " + A),
     ],
 )
 def test_a_bad_lock_names_the_file_and_the_fix(text: str, words: str) -> None:
@@ -81,7 +83,7 @@ def test_a_bad_lock_names_the_file_and_the_fix(text: str, words: str) -> None:
 
 
 def test_the_lookup_serves_the_locked_commit(tmp_path: Path) -> None:
-    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": ""}})
+    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": "", "content_sha256": C}})
     locked = state({"gpubox_model_id": MODEL, "gpubox_model_revision": "master", "gpubox_model_lock_file": str(lock)})
     assert locked["errors"] == []
     assert locked["gpubox_model_commit"] == A and locked["gpubox_model_fetch_revision"] == A
@@ -91,6 +93,74 @@ def test_the_lookup_serves_the_locked_commit(tmp_path: Path) -> None:
     # a commit revision is its own pin, lock or not
     pinned = state({"gpubox_model_id": MODEL, "gpubox_model_revision": B, "gpubox_model_lock_file": ""})
     assert pinned["gpubox_model_commit"] == B and pinned["gpubox_model_fetch_revision"] == B
+
+
+def test_the_lookup_passes_the_content_pin_of_a_commit_revision(tmp_path: Path) -> None:
+    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@{B}": {"commit": B, "endpoint": "", "content_sha256": C}})
+    pinned = state({"gpubox_model_id": MODEL, "gpubox_model_revision": B, "gpubox_model_lock_file": str(lock)})
+    assert pinned["errors"] == [] and pinned["gpubox_model_content_sha256"] == C
+
+
+# A lock entry that lost its content pin, as a hand edit leaves it (issue 31): each refused naming the line.
+HAND_EDITS = {
+    "missing": ('{"schema": 1, "models": {\n  "KEY": {\n    "commit": "COMMIT"\n  }\n}}\n', 2, "no content_sha256"),
+    "null": (
+        '{"schema": 1, "models": {\n  "KEY": {\n    "commit": "COMMIT",\n    "content_sha256": null\n  }\n}}\n',
+        4,
+        "content_sha256 is null",
+    ),
+    "duplicate": (
+        '{"schema": 1, "models": {\n  "KEY": {\n    "commit": "COMMIT",\n    "content_sha256": "' + C + '",\n'
+        '    "content_sha256": null\n  }\n}}\n',
+        5,
+        "given twice in one object, on line 4 and on line 5",
+    ),
+}
+
+
+@pytest.mark.parametrize("edit", sorted(HAND_EDITS))
+@pytest.mark.parametrize("revision", ["master", B])
+def test_a_lock_entry_that_lost_its_content_pin_is_refused_naming_the_line(
+    tmp_path: Path, edit: str, revision: str
+) -> None:
+    text, line, words = HAND_EDITS[edit]
+    lock = tmp_path / "models.lock.json"
+    commit = A if revision == "master" else B
+    lock.write_text(text.replace("KEY", f"{MODEL}@{revision}").replace("COMMIT", commit))
+    base = {"gpubox_model_id": MODEL, "gpubox_model_revision": revision, "gpubox_model_lock_file": str(lock)}
+    refused = state(base)["errors"]
+    assert any(f"{lock} line {line}" in e and words in e for e in refused), refused
+    assert any("gpubox_model_lock_file" in e for e in refused)
+    # the explicit switch accepts a commit-only pin, never a shadowed key
+    accepted = state({**base, "gpubox_model_accept_unpinned": True})
+    if edit == "duplicate":
+        assert any(f"line {line}" in e and words in e for e in accepted["errors"]), accepted["errors"]
+    else:
+        assert accepted["errors"] == [] and accepted["gpubox_model_content_sha256"] is None
+        assert accepted["gpubox_model_commit"] == (A if revision == "master" else B)
+    # control: the same entry with its content pin passes without the switch
+    lock.write_text(
+        lock_file.render_lock(
+            {f"{MODEL}@{revision}": {"commit": A if revision == "master" else B, "content_sha256": C}}
+        )
+    )
+    assert state(base)["errors"] == []
+
+
+def test_a_duplicate_key_anywhere_in_the_lock_is_refused_naming_both_lines() -> None:
+    text = '{"schema": 1,\n "models": {},\n "models": {"x@y": {"commit": "' + A + '"}}}'
+    with pytest.raises(
+        lock_file.LockError, match=r"x\.lock line 3: the key 'models' is given twice.*line 2 and on line 3"
+    ):
+        lock_file.parse_lock(text, "x.lock")
+    # json.loads keeps the last silently: the control that this is what the strict parser changes
+    assert json.loads(text)["models"] == {"x@y": {"commit": A}}
+
+
+def test_the_accept_unpinned_switch_is_a_checked_fact() -> None:
+    result = state({"gpubox_model_accept_unpinned": "maybe"})
+    assert any(e.startswith("gpubox_model_accept_unpinned must be true or false") for e in result["errors"])
+    assert state({})["gpubox_model_accept_unpinned"] is False
 
 
 def test_the_lookup_reports_a_bad_lock_file(tmp_path: Path) -> None:
@@ -125,7 +195,7 @@ def _preflight(config: dict) -> dict:
 
 
 def test_preflight_warns_about_an_unlocked_branch_only(tmp_path: Path) -> None:
-    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": ""}})
+    lock = write(tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": "", "content_sha256": C}})
     base = {"gpubox_model_id": MODEL, "gpubox_model_lock_file": str(lock)}
     unlocked = _preflight(state({**base, "gpubox_model_revision": "dev"}))
     assert any("'dev'" in w and "rebuilds may differ" in w and "make lock-models" in w for w in unlocked["warnings"])

@@ -20,6 +20,7 @@ process under that user. The systemd sandbox is exercised by the molecule scenar
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import importlib.util
@@ -1227,3 +1228,229 @@ def test_a_root_under_a_parent_writable_by_others_is_refused(
     assert not root.exists(), "refused before anything was created"
     os.chmod(parent, 0o1777)  # sticky, like /tmp: no other user may rename root's entries
     assert lib.run_model_store(request_for(hub_a, root, client_venv)).changed
+
+
+# --------------------------------------------------------------------------------------------------
+# Issue 31: content pinned by default, hostile hub and a swapped ancestor of the root
+# --------------------------------------------------------------------------------------------------
+def snapshot(*paths: Path) -> dict[str, Any]:
+    """Every entry under paths, links not followed: owner, mode, and a file's sha256 or a link's target."""
+    out: dict[str, Any] = {}
+    for top in paths:
+        for p in [top, *top.rglob("*")] if top.exists() or top.is_symlink() else []:
+            st = os.lstat(p)
+            what = os.readlink(p) if p.is_symlink() else (sha(p) if p.is_file() else "dir")
+            out[str(p)] = (st.st_uid, stat.S_IMODE(st.st_mode), what)
+    return out
+
+
+def test_the_same_commit_with_other_content_is_refused_by_the_boxs_own_pin(
+    hub_a: Hub, hub_b: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    """No lock entry at all (a commit pin's first converge wrote none before issue 31): the box pinned the
+    content of the commit it published; a hub or cache naming that commit for other files is refused
+    before a byte is fetched, the live model and the pins unchanged."""
+    root = store_root
+    pins = root.parent / "state" / "model-pins.json"
+    first = lib.run_model_store(request_for(hub_a, root, client_venv, pin_file=str(pins)))
+    recorded = json.loads(pins.read_text())["pins"]
+    assert recorded == {
+        f"{MODEL_ID}@{first.commit}": {
+            "content_sha256": first.content_sha256,
+            "files": first.files,
+            "total_bytes": first.total_bytes,
+            "endpoint": hub_a.endpoint,
+        }
+    }
+    assert stat.S_IMODE(pins.stat().st_mode) == 0o644 and pins.stat().st_uid == 0
+    # the hostile hub b names that commit for model b's files
+    hub_b.faults({"listing_fields": {"*": {"Revision": first.commit}}})
+    before, mark = snapshot(root, pins.parent), hub_b.mark()
+    for check_mode in (True, False):
+        with pytest.raises(lib.ModelStoreError, match="not the content this box published") as refused:
+            lib.run_model_store(request_for(hub_b, root, client_venv, check_mode=check_mode, pin_file=str(pins)))
+        assert str(pins) in str(refused.value) and "make cache-purge" in str(refused.value)
+    assert hub_b.file_gets(mark) == [], "refused before a byte was fetched"
+    assert snapshot(root, pins.parent) == before, "a refused listing changed the store or the pins"
+    same_content(root / "Tiny-Instruct", models["a"])
+    # the pinned content itself passes, and pins nothing new
+    again = lib.run_model_store(request_for(hub_a, root, client_venv, revision=first.commit, pin_file=str(pins)))
+    assert again.commit == first.commit
+    assert not again.changed and json.loads(pins.read_text())["pins"] == recorded
+    # control: without the box's pin (the store before issue 31) the same listing is published
+    swapped = lib.run_model_store(request_for(hub_b, root, client_venv))
+    assert swapped.changed and swapped.commit == first.commit
+    same_content(root / "Tiny-Instruct", models["b"])
+
+
+def test_a_box_pins_a_model_it_published_before_it_had_pins(hub_a: Hub, client_venv: Path, store_root: Path) -> None:
+    root = store_root
+    pins = root.parent / "state" / "model-pins.json"
+    lib.run_model_store(request_for(hub_a, root, client_venv))  # a box converged before issue 31
+    mark = hub_a.mark()
+    dry = lib.run_model_store(request_for(hub_a, root, client_venv, check_mode=True, pin_file=str(pins)))
+    assert dry.changed and not pins.exists(), "check mode says it would pin, and writes nothing"
+    pinned = lib.run_model_store(request_for(hub_a, root, client_venv, pin_file=str(pins)))
+    assert pinned.changed and not pinned.downloaded and hub_a.file_gets(mark) == []
+    assert list(json.loads(pins.read_text())["pins"]) == [f"{MODEL_ID}@{pinned.commit}"]
+    assert not lib.run_model_store(request_for(hub_a, root, client_venv, pin_file=str(pins))).changed
+
+
+@pytest.mark.parametrize(
+    ("text", "words"),
+    [
+        ('{"schema": 1, "pins": {}, "pins": {}}', "line 1: the key 'pins' is given twice"),
+        ('{"schema": 1, "pins": {"x@y": {"content_sha256": null}}}', "line 1: the entry 'x@y' is not"),
+        ("[]", "not a schema 1 pins file"),
+        ("{", "are not JSON"),
+    ],
+)
+def test_a_damaged_pins_file_is_refused_naming_it(
+    hub_a: Hub, client_venv: Path, store_root: Path, text: str, words: str
+) -> None:
+    pins = store_root.parent / "model-pins.json"
+    pins.write_text(text)
+    with pytest.raises(lib.ModelStoreError, match=re.escape(words)) as refused:
+        lib.run_model_store(request_for(hub_a, store_root, client_venv, pin_file=str(pins)))
+    assert str(pins) in str(refused.value) and not store_root.exists()
+
+
+def test_a_pins_file_another_user_could_write_is_refused(hub_a: Hub, client_venv: Path, store_root: Path) -> None:
+    pins = store_root.parent / "model-pins.json"
+    pins.write_text('{"schema": 1, "pins": {}}')
+    os.chmod(pins, 0o666)
+    with pytest.raises(lib.ModelStoreError, match="chmod go-w"):
+        lib.run_model_store(request_for(hub_a, store_root, client_venv, pin_file=str(pins)))
+    assert not store_root.exists()
+
+
+@pytest.mark.parametrize("revision", ["commit", "master"])
+@pytest.mark.parametrize("value", [None, ""])
+def test_a_listing_without_a_revision_is_refused_and_changes_nothing(
+    hub_a: Hub, client_venv: Path, models, store_root: Path, revision: str, value: str | None
+) -> None:
+    """A hub or cache that drops the commit from its listing: before issue 31 a commit pin took the listing
+    for the commit asked, and a branch named it by its content."""
+    root = store_root
+    pins = root.parent / "state" / "model-pins.json"
+    first = lib.run_model_store(request_for(hub_a, root, client_venv, pin_file=str(pins)))
+    asked = first.commit if revision == "commit" else "master"
+    hub_a.faults({"listing_fields": {"*": {"Revision": value}}})
+    before, mark = snapshot(root, pins.parent), hub_a.mark()
+    with pytest.raises(lib.ListingError, match="names no commit") as refused:
+        lib.run_model_store(request_for(hub_a, root, client_venv, revision=asked, rehash=True, pin_file=str(pins)))
+    assert "nothing was changed" in str(refused.value)
+    assert hub_a.file_gets(mark) == [] and snapshot(root, pins.parent) == before
+    same_content(root / "Tiny-Instruct", models["a"])
+
+
+def legacy_ancestor_problems(root: Path) -> list[str]:
+    """The check before issue 31, kept here as the control: each lexical parent, stat() following links."""
+    found = []
+    for ancestor in root.parents:
+        with contextlib.suppress(FileNotFoundError):
+            st = ancestor.stat()
+            problem = state_checks.store_ancestor_problem(
+                "gpubox_model_root", str(root), str(ancestor), st.st_uid, stat.S_IMODE(st.st_mode)
+            )
+            if problem:
+                found.append(problem)
+    return found
+
+
+def fetch_uid() -> int:
+    return int(subprocess.run(["id", "-u", DOWNLOAD_USER], capture_output=True, text=True, check=True).stdout)
+
+
+def test_a_symlinked_ancestor_swapped_between_two_runs_is_refused(
+    hub_a: Hub, client_venv: Path, models, store_root: Path
+) -> None:
+    """Issue 31: the root is reached through a symlink. Run 1: the link is root's, in a root-owned 0755
+    directory, and points at root's directories: followed, the model published. Between the runs the store
+    is moved under a directory the download user owns and the link re-pointed there (what an operator's
+    `mv` does; from then on that user can rename the store away and plant its own): run 2 is refused
+    naming the path and the fix, writes nothing under either target and leaves the live model as it was."""
+    work = store_root.parent
+    good = work / "disk1"
+    good.mkdir(mode=0o755)
+    (work / "via").symlink_to("disk1")  # relative, root's, in a root-owned 0755 directory
+    root = work / "via" / "models"
+    progress = str(work / "progress.json")  # not beside the root (params_for's default): not under a link
+    first = lib.run_model_store(request_for(hub_a, root, client_venv, progress_file=progress))
+    assert first.changed and (good / "models" / "Tiny-Instruct").is_symlink()
+    same_content(root / "Tiny-Instruct", models["a"])
+
+    user_dir = work / "fetch-owned"
+    user_dir.mkdir(mode=0o755)
+    os.chown(user_dir, fetch_uid(), -1)
+    (user_dir / "disk2").mkdir(mode=0o755)  # root's, but in the download user's directory
+    os.rename(good / "models", user_dir / "disk2" / "models")
+    tmp = work / ".via.new"
+    tmp.symlink_to("fetch-owned/disk2")
+    os.replace(tmp, work / "via")
+    assert legacy_ancestor_problems(root) == [], "control: the old check (stat through the link) passes this"
+
+    before = snapshot(good, user_dir)
+    with pytest.raises(lib.ModelStoreError) as refused:
+        lib.run_model_store(request_for(hub_a, root, client_venv, rehash=True, progress_file=progress))
+    message = str(refused.value)
+    assert f"lies under {user_dir}, owned by uid {fetch_uid()}" in message and "chown root:root" in message
+    assert snapshot(good, user_dir) == before, "a refused run wrote under a target of the link"
+    same_content(user_dir / "disk2" / "models" / "Tiny-Instruct", models["a"])
+    # the check mode of preflight's module says the same
+    result = ansible_vars.run_module("gpubox.gpubox.model_root", json.dumps({"root": str(root)}), work)
+    assert result["problems"] == [message] and not result.get("changed"), result
+
+
+@pytest.mark.parametrize(
+    ("arrangement", "words"),
+    [
+        ("link-owned-by-user", "reached through the symlink"),
+        ("link-in-sticky-dir", "reached through the symlink"),  # sticky lets a directory pass, never a link
+        ("link-in-group-writable-dir", "writable by group or others"),  # the directory itself is refused first
+    ],
+)
+def test_a_symlink_above_the_root_that_a_user_could_change_is_refused(
+    store_root: Path, arrangement: str, words: str
+) -> None:
+    work = store_root.parent
+    target = work / "disk"
+    target.mkdir(mode=0o755)
+    holder = work / "holder"
+    holder.mkdir()
+    os.chmod(holder, {"link-in-sticky-dir": 0o1777, "link-in-group-writable-dir": 0o775}.get(arrangement, 0o755))
+    link = holder / "store"
+    link.symlink_to(target)
+    if arrangement == "link-owned-by-user":
+        os.chown(link, fetch_uid(), -1, follow_symlinks=False)
+    root = link / "models"
+    problems = store_layout.root_path_problems(root)
+    assert len(problems) == 1 and words in problems[0], problems
+    if words.startswith("reached"):
+        assert f"through the symlink {link} and" in problems[0]
+        assert f"set gpubox_model_root to the real path ({target / 'models'})" in problems[0]
+    with pytest.raises(lib.ModelStoreError):
+        store_layout.ensure_layout(store_layout.StoreLayout(root, "Tiny-Instruct"))
+    assert not (target / "models").exists(), "refused before anything was created"
+    if arrangement == "link-owned-by-user":
+        assert legacy_ancestor_problems(root) == [], "control: the old check passes a user's link"
+    # control: the same link made root's in a root-owned 0755 directory is followed
+    os.chmod(holder, 0o755)
+    os.chown(link, 0, 0, follow_symlinks=False)
+    assert store_layout.root_path_problems(root) == []
+
+
+def test_the_root_path_walk_follows_root_links_and_stops_at_loops(store_root: Path) -> None:
+    work = store_root.parent
+    (work / "a" / "b").mkdir(parents=True)
+    (work / "up").symlink_to("a/b/../b")  # relative, with '..', root's
+    (work / "abs").symlink_to(work / "up")  # absolute, to a link
+    assert store_layout.root_path_problems(work / "abs" / "models") == []
+    (work / "loop1").symlink_to("loop2")
+    (work / "loop2").symlink_to("loop1")
+    assert "more than 40 symlinks" in store_layout.root_path_problems(work / "loop1" / "models")[0]
+    os.chmod(work / "a", 0o777)  # now a directory on the link's real path is writable by others
+    (problem,) = store_layout.root_path_problems(work / "abs" / "models")
+    assert f"lies under {work / 'a'}, mode 0777" in problem
+    (work / "file").write_text("x")
+    assert "not a directory" in store_layout.root_path_problems(work / "file" / "models")[0]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import importlib.util
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any, Callable
@@ -18,7 +19,12 @@ import pytest
 import yaml
 
 import ansible_vars
-from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers, model_catalog, preflight_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    gpu_parsers,
+    model_catalog,
+    preflight_checks,
+    store_layout,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -275,15 +281,6 @@ BAD_CASES: list[tuple[str, str, Mutation, str]] = [
     ("root-a-file", "gpu_2x3090", _host(model_root_stat="0 644 regular file"), "gpubox_model_root"),
     ("root-stat-garbage", "gpu_2x3090", _host(model_root_stat="?? x"), "gpubox_model_root"),
     (
-        "parent-world-writable",
-        "gpu_2x3090",
-        _host(model_root_ancestors=["0 777 /data", "0 755 /"]),
-        "gpubox_model_root",
-    ),
-    ("parent-not-roots", "gpu_2x3090", _host(model_root_ancestors=["0 755 /data", "1000 755 /"]), "gpubox_model_root"),
-    ("parent-group-writable", "gpu_2x3090", _host(model_root_ancestors=["0 2775 /data"]), "gpubox_model_root"),
-    ("parent-stat-garbage", "gpu_2x3090", _host(model_root_ancestors=["x y"]), "gpubox_model_root"),
-    (
         "disk-headroom-negative",
         "gpu_2x3090",
         _cfg(preflight_disk_headroom_bytes=-1),
@@ -326,10 +323,106 @@ def test_bad_input_is_refused_naming_the_variable(group: str, mutate: Mutation, 
     assert "error(s)" in result["table"]
 
 
-def test_a_sticky_parent_like_tmp_is_accepted() -> None:
-    host = healthy_host("gpu_2x3090") | {"model_root_ancestors": ["0 1777 /scratch", "0 755 /"]}
+@pytest.mark.parametrize(
+    ("arrangement", "words"),
+    [
+        ("parent-world-writable", "mode 0777, writable by group or others"),
+        ("parent-group-writable", "mode 2775, writable by group or others"),
+        ("parent-not-roots", "owned by uid 1000, not root"),
+        ("parent-through-a-link-into-a-users-dir", "owned by uid 1000, not root"),
+        ("link-owned-by-a-user", "reached through the symlink"),
+        ("sticky-parent-like-tmp", ""),
+    ],
+)
+def test_the_model_roots_real_path_is_checked_by_the_store_walk(tmp_path: Path, arrangement: str, words: str) -> None:
+    """model_root_problems is what gpubox.gpubox.model_root (store_layout.root_path_problems, the model
+    store's own walk) found on real directories; preflight refuses each, naming gpubox_model_root."""
+    parent = tmp_path / "data"
+    parent.mkdir()
+    root = parent / "models"
+    if arrangement == "parent-world-writable":
+        os.chmod(parent, 0o777)
+    elif arrangement == "parent-group-writable":
+        os.chmod(parent, 0o2775)
+    elif arrangement == "parent-not-roots":
+        os.chown(parent, 1000, 1000)
+    elif arrangement == "parent-through-a-link-into-a-users-dir":
+        (tmp_path / "home").mkdir()
+        os.chown(tmp_path / "home", 1000, 1000)
+        (tmp_path / "home" / "disk").mkdir()
+        (tmp_path / "via").symlink_to(tmp_path / "home" / "disk")
+        root = tmp_path / "via" / "models"
+    elif arrangement == "link-owned-by-a-user":
+        (tmp_path / "via").symlink_to(parent)
+        os.chown(tmp_path / "via", 1000, 1000, follow_symlinks=False)
+        root = tmp_path / "via" / "models"
+    else:
+        os.chmod(parent, 0o1777)
+    problems = store_layout.root_path_problems(root)
+    host = healthy_host("gpu_2x3090") | {"model_root_problems": problems}
     errors = preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"]
-    assert not [e for e in errors if "lies under" in e], errors
+    if not words:  # sticky, like /tmp: no other user may rename root's entries
+        assert problems == [] and not [e for e in errors if "gpubox_model_root" in e], errors
+        return
+    assert len(problems) == 1 and words in problems[0], problems
+    assert problems[0] in errors and problems[0].startswith(f"gpubox_model_root {root}")
+
+
+def test_preflight_reads_the_root_walk_from_the_module(tmp_path: Path) -> None:
+    (tmp_path / "home").mkdir()
+    os.chown(tmp_path / "home", 1000, 1000)
+    (tmp_path / "via").symlink_to("home")
+    root = tmp_path / "via" / "models"
+    result = ansible_vars.run_module("gpubox.gpubox.model_root", json.dumps({"root": str(root)}), tmp_path, check=True)
+    assert result["problems"] == store_layout.root_path_problems(root) and len(result["problems"]) == 1, result
+    assert not result.get("changed") and not root.exists()
+
+
+def _gpu(host: dict, **fields: Any) -> dict:
+    host["gpu"]["gpus"][0].update(fields)
+    return host
+
+
+WRONG_TYPES = [
+    # (a mutation of the healthy host, the fact.field named)
+    (lambda h: _gpu(h, memory_total_mib="24576 MiB"), "gpubox_gpu.gpus[0].memory_total_mib"),
+    (lambda h: _gpu(h, memory_total_mib=24576.0), "gpubox_gpu.gpus[0].memory_total_mib"),
+    (lambda h: _gpu(h, pcie_link_width_current="x8"), "gpubox_gpu.gpus[0].pcie_link_width_current"),
+    (lambda h: _gpu(h, bar1_total_mib=True), "gpubox_gpu.gpus[0].bar1_total_mib"),
+    (lambda h: _gpu(h, pci_device_id=8708), "gpubox_gpu.gpus[0].pci_device_id"),
+    (lambda h: _gpu(h, name=["NVIDIA GeForce RTX 3090"]), "gpubox_gpu.gpus[0].name"),
+    (lambda h: _gpu(h, index="0"), "gpubox_gpu.gpus[0].index"),
+    (lambda h: h | {"gpu": h["gpu"] | {"source": 1}}, "gpubox_gpu.source"),
+    (lambda h: h | {"gpu": h["gpu"] | {"gpus": [h["gpu"]["gpus"][0], "GPU 1"]}}, "gpubox_gpu.gpus[1]"),
+    (lambda h: h | {"memtotal_mb": "131072"}, "memtotal_mb"),
+    (lambda h: h | {"disk_free_bytes": 5e11}, "disk_free_bytes"),
+    (lambda h: h | {"model_bytes_present": "0"}, "model_bytes_present"),
+    (lambda h: h | {"model_root_stat": 755}, "model_root_stat"),
+    (lambda h: h | {"model_root_problems": "none"}, "model_root_problems"),
+    (lambda h: h | {"model_root_problems": [1]}, "model_root_problems"),
+    (lambda h: h | {"secure_boot": "no"}, "secure_boot"),
+    (lambda h: h | {"distribution": ["Ubuntu"]}, "distribution"),
+]
+
+
+@pytest.mark.parametrize(("mutate", "field"), WRONG_TYPES, ids=[w[1] + f"-{n}" for n, w in enumerate(WRONG_TYPES)])
+def test_a_fact_of_the_wrong_type_is_refused_naming_the_fact_and_field(mutate: Any, field: str) -> None:
+    """Issue 31 item 7: a fact of the wrong type was skipped (a "24576 MiB" memory passed, where the
+    integer of another size is refused); now every field preflight reads is typed, and refused naming it."""
+    host = mutate(healthy_host("gpu_2x3090"))
+    errors = preflight_checks.preflight(host, group_config("gpu_2x3090"))["errors"]
+    named = [e for e in errors if e.startswith(f"the box's fact {field} ")]
+    assert len(named) == 1 and "Fix: " in named[0], errors
+    assert not [e for e in errors if "is unknown" in e], f"reported twice: {errors}"
+
+
+def test_the_memory_of_a_gpu_is_compared_when_it_is_an_integer() -> None:
+    """The control of the case above: the same field as an integer is read and compared."""
+    good = preflight_checks.preflight(healthy_host("gpu_2x3090"), group_config("gpu_2x3090"))["errors"]
+    assert good == []
+    small = _gpu(healthy_host("gpu_2x3090"), memory_total_mib=12288)
+    errors = preflight_checks.preflight(small, group_config("gpu_2x3090"))["errors"]
+    assert any("has 12288 MiB" in e for e in errors), errors
 
 
 def test_bad_suite_is_large_enough_and_ids_are_unique() -> None:
