@@ -71,7 +71,7 @@ def lock_pins(text: str) -> dict[str, str]:
         name, sep, version = head.partition("==")
         if not sep or not name.strip() or not version.strip():
             raise ValueError(f"hash lock: not a name==version entry: {line.strip()[:80]!r}")
-        pins[canonical(name.strip())] = version.strip()
+        pins[canonical(name.split("[", 1)[0].strip())] = version.strip()
     return pins
 
 
