@@ -17,7 +17,8 @@ markers allowed); the output keeps the order and markers and adds the hashes. Ex
 ``--require-hashes`` mode refuses a dependency that asks for ``name[extra]`` unless the lock itself names
 ``name[extra]==version`` ("all requirements must have their versions pinned with =="), and a constraints
 file cannot carry extras; so the constraints list them in one comment line, ``# lock-extras: a[x] b[y]``
-(the ``requested_extras`` of ``pip install --dry-run --report``), and the lock writes them on those pins.
+(walked from ``pip install --dry-run --report``), and the lock writes those pins twice, plain and with the
+extras (a dependency on the plain name is resolved before the extras line is expanded).
 Exit status: 0 done or in step; 1 a pin PyPI has no file for, or a lock out of step with its constraints (``--check``).
 """
 
@@ -133,17 +134,23 @@ def render(source: str, pins: list[Pin], hashes: dict[Pin, list[str]]) -> str:
         "# here is refused, whichever index or cache served it.",
     ]
     for pin in pins:
-        extras = f"[{pin.extras}]" if pin.extras else ""
-        head = f"{pin.name}{extras}=={pin.version}" + (f" {pin.marker}" if pin.marker else "")
-        out.append(head + " \\")
-        lines = [f"    --hash=sha256:{h}" for h in hashes[pin]]
-        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
+        # A pin with extras is written twice, plain and with its extras: pip resolves a dependency on the plain
+        # name (e.g. pydantic>=2.0) before it expands name[extra]==version, and then finds it unpinned.
+        for extras in ["", pin.extras] if pin.extras else [""]:
+            head = f"{pin.name}{f'[{extras}]' if extras else ''}=={pin.version}" + (
+                f" {pin.marker}" if pin.marker else ""
+            )
+            out.append(head + " \\")
+            lines = [f"    --hash=sha256:{h}" for h in hashes[pin]]
+            out += [line + " \\" for line in lines[:-1]] + lines[-1:]
     return "\n".join(out) + "\n"
 
 
 def lock_problems(constraints: str, lock: str) -> list[str]:
     """Why a lock is out of step with its constraints: other pins, or a pin without a hash."""
-    want = {p.key for p in read_pins(constraints)}
+    pins = read_pins(constraints)
+    # a pin with extras is in the lock twice: plain and with its extras (render)
+    want = {p.key for p in pins} | {Pin(p.name, p.version, p.marker).key for p in pins if p.extras}
     joined = re.sub(r"\\\n", " ", lock)
     have, problems = set(), []
     for line in joined.splitlines():

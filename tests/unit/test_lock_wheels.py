@@ -60,8 +60,11 @@ def test_extras_the_constraints_name_are_written_on_the_pins_and_checked() -> No
     assert [(p.name, p.extras) for p in pins] == [("foo-bar", "b,std"), ("baz", "x"), ("qux", "")]
     lock = lw.render("c.txt", pins, {pins[0]: [H1], pins[1]: [H2], pins[2]: [H3]})
     assert "foo-bar[b,std]==1.2 \\\n" in lock and "baz[x]==3 \\\n" in lock and "qux==1 \\\n" in lock
+    # each pin with extras is written plain too: pip resolves a plain dependency on it before expanding the extras
+    assert "\nfoo-bar==1.2 \\\n" in lock and "\nbaz==3 \\\n" in lock
     assert lw.lock_problems(constraints, lock) == []
     assert lw.lock_problems(constraints, lock.replace("baz[x]==3", "baz==3")), "an extra missing from the lock"
+    assert lw.lock_problems(constraints, lock.replace("\nbaz==3", "\nbaz[x]==3")), "the plain line missing"
     assert lw.lock_problems(constraints.replace(" baz[x]", ""), lock), "an extra the constraints no longer name"
     with pytest.raises(ValueError, match="not name"):
         lw.read_extras("# lock-extras: baz\n")
@@ -78,4 +81,4 @@ def test_the_vllm_lock_names_the_extras_its_dependencies_ask_for() -> None:
         "ray": "adag",
         "uvicorn": "standard",
     }
-    assert "uvicorn[standard]==0.34.0 \\\n" in lock.read_text()
+    assert "\nuvicorn[standard]==0.34.0 \\\n" in lock.read_text() and "\nuvicorn==0.34.0 \\\n" in lock.read_text()

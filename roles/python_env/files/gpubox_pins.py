@@ -92,9 +92,10 @@ def missing_scripts(names: set[str]) -> list[str]:
     return sorted(broken)
 
 
-def lock_entries(text: str) -> dict[str, str]:
-    """canonical name==version -> that entry's text (continuation lines joined) of a hash lock."""
-    entries: dict[str, str] = {}
+def lock_entries(text: str) -> dict[str, list[str]]:
+    """canonical name==version -> the text of its entries (continuation lines joined) in a hash lock; a pin with
+    extras has two, plain and with the extras."""
+    entries: dict[str, list[str]] = {}
     for entry in re.sub(r"\\\n", " ", text).splitlines():
         if not entry.strip() or entry.lstrip().startswith("#"):
             continue
@@ -103,14 +104,14 @@ def lock_entries(text: str) -> dict[str, str]:
         if not match or not match.group(3).replace(" ", "").startswith("=="):
             raise SystemExit(f"hash lock: cannot read the entry {entry.strip()[:80]!r}")
         name, version = canonical(match.group(1)), match.group(3).replace(" ", "")[2:]
-        entries[f"{name}=={version}"] = " ".join(entry.split())
+        entries.setdefault(f"{name}=={version}", []).append(" ".join(entry.split()))
     return entries
 
 
 def repair_from_lock(broken: list[str], lock_text: str) -> tuple[str, list[str]]:
     """The lock entries of ``broken`` (name==version) as a requirements text, and those the lock lacks."""
     entries = lock_entries(lock_text)
-    found = [entries[pin] for pin in broken if pin in entries]
+    found = [line for pin in broken for line in entries.get(pin, [])]
     return "".join(line + "\n" for line in found), [pin for pin in broken if pin not in entries]
 
 
