@@ -13,8 +13,13 @@ is refused whatever the index page that served it says. Every file PyPI has for 
 listed (all platforms and the sdist): pip accepts any one of them, so one lock serves every box.
 
 The input is a constraints file of ``name==version`` lines (comments, blank lines and environment
-markers allowed); the output keeps the order and markers and adds the hashes. Exit status: 0 done or
-in step; 1 a pin PyPI has no file for, or a lock out of step with its constraints (``--check``).
+markers allowed); the output keeps the order and markers and adds the hashes. Extras: pip in
+``--require-hashes`` mode refuses a dependency that asks for ``name[extra]`` unless the lock itself names
+``name[extra]==version`` ("all requirements must have their versions pinned with =="), and a constraints
+file cannot carry extras; so the constraints list them in one comment line, ``# lock-extras: a[x] b[y]``
+(walked from ``pip install --dry-run --report``), and the lock writes those pins twice, plain and with the
+extras (a dependency on the plain name is resolved before the extras line is expanded).
+Exit status: 0 done or in step; 1 a pin PyPI has no file for, or a lock out of step with its constraints (``--check``).
 """
 
 from __future__ import annotations
@@ -28,7 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 INDEX = "https://pypi.org/simple"
-_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*==\s*([^\s;#\\]+)\s*(;[^#\\]*)?")
+_PIN = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)(\[[A-Za-z0-9._,-]*\])?\s*==\s*([^\s;#\\]+)\s*(;[^#\\]*)?")
+_EXTRAS = re.compile(r"^#\s*lock-extras:(.*)$", re.M)
+_EXTRA = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)\[([A-Za-z0-9._,-]+)\]$")
 _HASH = re.compile(r"--hash=sha256:([0-9a-f]{64})")
 
 
@@ -37,10 +44,11 @@ class Pin:
     name: str
     version: str
     marker: str = ""
+    extras: str = ""  # "standard" or "a,b": written as name[extras]==version
 
     @property
-    def key(self) -> tuple[str, str, str]:
-        return normalize(self.name), self.version, self.marker
+    def key(self) -> tuple[str, str, str, str]:
+        return normalize(self.name), self.version, self.marker, self.extras
 
 
 def normalize(name: str) -> str:
@@ -48,7 +56,21 @@ def normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
+def read_extras(text: str) -> dict[str, str]:
+    """normalized name -> "extra[,extra]" from the constraints' ``# lock-extras:`` lines."""
+    extras: dict[str, str] = {}
+    for line in _EXTRAS.findall(text):
+        for word in line.split():
+            found = _EXTRA.match(word)
+            if not found:
+                raise ValueError(f"# lock-extras: {word!r} is not name[extra]")
+            extras[normalize(found.group(1))] = ",".join(sorted(found.group(2).split(",")))
+    return extras
+
+
 def read_pins(text: str) -> list[Pin]:
+    """The pins of a constraints file or a lock, each with the extras the constraints' ``# lock-extras:`` name."""
+    extras = read_extras(text)
     pins = []
     for line in text.splitlines():
         if line.lstrip().startswith(("#", "--")) or not line.strip():
@@ -56,7 +78,11 @@ def read_pins(text: str) -> list[Pin]:
         found = _PIN.match(line)
         if not found:
             raise ValueError(f"not a name==version pin: {line!r}")
-        pins.append(Pin(found.group(1), found.group(2), (found.group(3) or "").strip()))
+        written = ",".join(sorted((found.group(2) or "[]")[1:-1].split(","))).strip(",")
+        name = found.group(1)
+        pins.append(
+            Pin(name, found.group(3), (found.group(4) or "").strip(), written or extras.get(normalize(name), ""))
+        )
     return pins
 
 
@@ -108,16 +134,23 @@ def render(source: str, pins: list[Pin], hashes: dict[Pin, list[str]]) -> str:
         "# here is refused, whichever index or cache served it.",
     ]
     for pin in pins:
-        head = f"{pin.name}=={pin.version}" + (f" {pin.marker}" if pin.marker else "")
-        out.append(head + " \\")
-        lines = [f"    --hash=sha256:{h}" for h in hashes[pin]]
-        out += [line + " \\" for line in lines[:-1]] + lines[-1:]
+        # A pin with extras is written twice, plain and with its extras: pip resolves a dependency on the plain
+        # name (e.g. pydantic>=2.0) before it expands name[extra]==version, and then finds it unpinned.
+        for extras in ["", pin.extras] if pin.extras else [""]:
+            head = f"{pin.name}{f'[{extras}]' if extras else ''}=={pin.version}" + (
+                f" {pin.marker}" if pin.marker else ""
+            )
+            out.append(head + " \\")
+            lines = [f"    --hash=sha256:{h}" for h in hashes[pin]]
+            out += [line + " \\" for line in lines[:-1]] + lines[-1:]
     return "\n".join(out) + "\n"
 
 
 def lock_problems(constraints: str, lock: str) -> list[str]:
     """Why a lock is out of step with its constraints: other pins, or a pin without a hash."""
-    want = {p.key for p in read_pins(constraints)}
+    pins = read_pins(constraints)
+    # a pin with extras is in the lock twice: plain and with its extras (render)
+    want = {p.key for p in pins} | {Pin(p.name, p.version, p.marker).key for p in pins if p.extras}
     joined = re.sub(r"\\\n", " ", lock)
     have, problems = set(), []
     for line in joined.splitlines():
@@ -127,8 +160,12 @@ def lock_problems(constraints: str, lock: str) -> list[str]:
         have.add(pin.key)
         if not _HASH.search(line):
             problems.append(f"{pin.name}=={pin.version} has no --hash=sha256")
-    problems += [f"{n}=={v} is in the constraints but not in the lock" for n, v, _ in sorted(want - have)]
-    problems += [f"{n}=={v} is in the lock but not in the constraints" for n, v, _ in sorted(have - want)]
+
+    def show(name: str, version: str, extras: str) -> str:
+        return f"{name}[{extras}]=={version}" if extras else f"{name}=={version}"
+
+    problems += [f"{show(n, v, e)} is in the constraints but not in the lock" for n, v, _, e in sorted(want - have)]
+    problems += [f"{show(n, v, e)} is in the lock but not in the constraints" for n, v, _, e in sorted(have - want)]
     return problems
 
 

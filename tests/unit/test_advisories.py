@@ -6,6 +6,7 @@ read by the role's own gpubox_pins.parse_pins, so the test sees exactly what the
 
 from __future__ import annotations
 
+import datetime
 import importlib.util
 from pathlib import Path
 
@@ -37,7 +38,8 @@ def test_readme_table_is_what_the_data_generates(data: list[dict], pins: dict) -
     text = advisories.README.read_text(encoding="utf-8")
     block = advisories.readme_block(text)
     assert block is not None, "docs/security.md lacks the generated advisory block"
-    assert block == advisories.render_block(data, pins), (
+    locked = advisories.lock_pins(advisories.LOCK.read_text(encoding="utf-8"))
+    assert block == advisories.render_block(data, {**locked, **pins}, advisories.load_reviews()), (
         "docs/security.md's advisory table is stale: .venv/bin/python roles/python_env/files/advisories.py --write"
     )
     section = text.split("## Security advisories of the pinned stack", 1)[1].split("\n## ", 1)[0]
@@ -120,3 +122,105 @@ def test_cli_check_and_write(tmp_path: Path) -> None:
     assert advisories.main(["--write", "--readme", str(readme)]) == 0
     assert advisories.main(["--check", "--readme", str(readme)]) == 0
     assert readme.read_text(encoding="utf-8").endswith(f"{advisories.END}\n\nrest\n")
+
+
+# --- the class: every pinned distribution reviewed within 90 days -----------------------------------------------------
+
+REVIEWED = datetime.date(2026, 12, 4)  # the day the committed table was reviewed (issue 31)
+
+
+@pytest.fixture(scope="module")
+def locked() -> dict[str, str]:
+    return advisories.lock_pins(advisories.LOCK.read_text(encoding="utf-8"))
+
+
+@pytest.fixture(scope="module")
+def reviews() -> dict:
+    return advisories.load_reviews()
+
+
+def test_every_pin_of_the_lock_is_reviewed_within_90_days_today(reviews: dict, locked: dict) -> None:
+    """The real check, on the day it runs: a pin not reviewed for 90 days fails `make test`."""
+    assert advisories.review_problems(reviews, locked, datetime.date.today()) == []
+
+
+def test_the_lock_is_the_whole_pin_set(locked: dict, pins: dict) -> None:
+    # transitive pins (from the constraints) are in the lock, the requirements' own too
+    assert len(locked) > 100
+    assert {name: version for name, version in pins.items() if version} == {
+        name: locked[name] for name, version in pins.items() if version
+    }
+    assert locked["vllm"] == "0.7.3" and locked["xgrammar"] == "0.1.11" and locked["ray"] == "2.40.0"
+
+
+def test_control_the_committed_table_passes_on_its_review_day_and_90_days_later(reviews: dict, locked: dict) -> None:
+    assert advisories.review_problems(reviews, locked, REVIEWED) == []
+    assert advisories.review_problems(reviews, locked, REVIEWED + datetime.timedelta(days=90)) == []
+
+
+def test_a_review_older_than_90_days_fails(reviews: dict, locked: dict) -> None:
+    found = advisories.review_problems(reviews, locked, REVIEWED + datetime.timedelta(days=91))
+    assert len(found) == len(locked), found[:3]
+    assert all("more than 90" in line for line in found)
+
+
+def test_a_new_pin_in_the_lock_without_a_review_fails(reviews: dict, locked: dict) -> None:
+    lock = advisories.LOCK.read_text(encoding="utf-8") + "new-package==1.0 \\\n    --hash=sha256:" + "0" * 64 + "\n"
+    grown = advisories.lock_pins(lock)
+    assert grown["new-package"] == "1.0"
+    found = advisories.review_problems(reviews, grown, REVIEWED)
+    assert len(found) == 1 and "new-package==1.0 is pinned but not reviewed" in found[0], found
+
+
+def test_a_new_version_of_a_reviewed_pin_fails(reviews: dict, locked: dict) -> None:
+    found = advisories.review_problems(reviews, {**locked, "vllm": "0.7.4"}, REVIEWED)
+    assert len(found) == 1 and "vllm==0.7.4 is pinned but not reviewed (the review is of vllm==0.7.3)" in found[0]
+
+
+def test_a_review_of_a_pin_that_is_gone_fails(reviews: dict, locked: dict) -> None:
+    smaller = {name: version for name, version in locked.items() if name != "zipp"}
+    found = advisories.review_problems(reviews, smaller, REVIEWED)
+    assert found == ["reviewed: zipp==3.21.0 is no longer pinned; remove it"]
+
+
+@pytest.mark.parametrize(
+    ("when", "expected"),
+    [("2026-12-04", "is not a date"), (datetime.date(2026, 12, 5), "after today"), (None, "is not a date")],
+)
+def test_a_review_date_must_be_a_past_date(when: object, expected: str) -> None:
+    found = advisories.review_problems({"alpha==1.0": when}, {"alpha": "1.0"}, REVIEWED)
+    assert len(found) == 1 and expected in found[0], found
+
+
+def test_cli_judges_the_review_dates_on_the_given_day(tmp_path: Path) -> None:
+    readme = tmp_path / "security.md"
+    readme.write_text(advisories.README.read_text(encoding="utf-8"), encoding="utf-8")
+    assert advisories.main(["--check", "--readme", str(readme), "--today", "2027-03-04"]) == 0
+    assert advisories.main(["--check", "--readme", str(readme), "--today", "2027-03-05"]) == 1
+    lock = tmp_path / "lock.txt"
+    lock.write_text(advisories.LOCK.read_text(encoding="utf-8") + "new-package==1.0 --hash=sha256:" + "0" * 64 + "\n")
+    args = ["--check", "--readme", str(readme), "--today", "2026-12-04"]
+    assert advisories.main(args) == 0  # control: the committed lock
+    assert advisories.main([*args, "--lock", str(lock)]) == 1
+
+
+def test_issue_31_advisories_are_listed(data: list[dict]) -> None:
+    ids = {entry["id"]: entry["package"] for entry in data}
+    for ident, package in {
+        "CVE-2025-48956": "vllm",
+        "CVE-2025-62426": "vllm",
+        "CVE-2025-48887": "vllm",
+        "CVE-2025-46722": "vllm",
+        "CVE-2026-34756": "vllm",
+        "CVE-2026-41523": "vllm",
+        "CVE-2026-47155": "vllm",
+        "CVE-2025-32381": "xgrammar",
+        "CVE-2025-62593": "ray",
+        "CVE-2025-3777": "transformers",
+        "CVE-2025-3933": "transformers",
+        "CVE-2025-1194": "transformers",
+        "CVE-2025-2099": "transformers",
+        "CVE-2025-2953": "torch",
+        "CVE-2025-3730": "torch",
+    }.items():
+        assert ids.get(ident) == package, ident

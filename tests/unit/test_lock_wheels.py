@@ -51,3 +51,34 @@ def test_a_rendered_lock_is_in_step_and_a_changed_one_is_not() -> None:
 @pytest.mark.parametrize(("constraints", "lock"), LOCKS, ids=[str(c.relative_to(ROOT)) for c, _ in LOCKS])
 def test_checked_in_locks_pin_what_their_constraints_pin(constraints: Path, lock: Path) -> None:
     assert lw.lock_problems(constraints.read_text(), lock.read_text()) == [], "run make lock-wheels"
+
+
+def test_extras_the_constraints_name_are_written_on_the_pins_and_checked() -> None:
+    """pip --require-hashes refuses a dependency asking for name[extra] unless the lock names name[extra]==version."""
+    constraints = "# lock-extras: foo-bar[std,b] baz[x]\nfoo-bar==1.2\nbaz==3\nqux==1\n"
+    pins = lw.read_pins(constraints)
+    assert [(p.name, p.extras) for p in pins] == [("foo-bar", "b,std"), ("baz", "x"), ("qux", "")]
+    lock = lw.render("c.txt", pins, {pins[0]: [H1], pins[1]: [H2], pins[2]: [H3]})
+    assert "foo-bar[b,std]==1.2 \\\n" in lock and "baz[x]==3 \\\n" in lock and "qux==1 \\\n" in lock
+    # each pin with extras is written plain too: pip resolves a plain dependency on it before expanding the extras
+    assert "\nfoo-bar==1.2 \\\n" in lock and "\nbaz==3 \\\n" in lock
+    assert lw.lock_problems(constraints, lock) == []
+    assert lw.lock_problems(constraints, lock.replace("baz[x]==3", "baz==3")), "an extra missing from the lock"
+    assert lw.lock_problems(constraints, lock.replace("\nbaz==3", "\nbaz[x]==3")), "the plain line missing"
+    assert lw.lock_problems(constraints.replace(" baz[x]", ""), lock), "an extra the constraints no longer name"
+    with pytest.raises(ValueError, match="not name"):
+        lw.read_extras("# lock-extras: baz\n")
+
+
+def test_the_vllm_lock_names_the_extras_its_dependencies_ask_for() -> None:
+    constraints, lock = LOCKS[0]
+    extras = lw.read_extras(constraints.read_text())
+    assert extras == {
+        "fastapi": "standard",
+        "fastapi-cli": "standard",
+        "mistral-common": "opencv",
+        "pydantic": "email",
+        "ray": "adag",
+        "uvicorn": "standard",
+    }
+    assert "\nuvicorn[standard]==0.34.0 \\\n" in lock.read_text() and "\nuvicorn==0.34.0 \\\n" in lock.read_text()

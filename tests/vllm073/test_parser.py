@@ -37,7 +37,7 @@ VENV = Path(os.environ.get("GPUBOX_VLLM073_VENV", Path.home() / ".cache" / "gpub
 def _pins_report(python: Path) -> dict[str, Any]:
     out = subprocess.run(
         [str(python), str(FILES / "gpubox_pins.py"), "--requirements", str(REQUIREMENTS),
-         "--constraints", str(CONSTRAINTS)],
+         "--constraints", str(CONSTRAINTS), "--lock", str(FILES / "constraints-vllm-0.7.3.hashes.txt")],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
     return json.loads(out.stdout)
@@ -58,10 +58,13 @@ def vllm_python() -> Path:
     )  # fmt: skip
     print(f"vllm 0.7.3 stack installed in {time.monotonic() - started:.0f} s into {VENV}")
     report = _pins_report(python)
-    if report["broken_scripts"]:  # the same repair as roles/python_env/tasks/packages.yml
+    if report["broken_scripts"]:  # the same repair as roles/python_env/tasks/packages.yml: by hash, from the lock
+        repair = VENV / "repair-hashes.txt"
+        repair.write_text(report["repair_lock"])
+        assert not report["repair_unlocked"], report
         subprocess.run(
             [str(python), "-m", "pip", "install", "--no-input", "--disable-pip-version-check", "--quiet",
-             "--force-reinstall", "--no-deps", *report["broken_scripts"]],
+             "--force-reinstall", "--no-deps", "--require-hashes", "--requirement", str(repair)],
             check=True,
         )  # fmt: skip
         report = _pins_report(python)
@@ -268,9 +271,20 @@ chat = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
 def post(body, headers=key):
     r = client.post("/v1/chat/completions", json=body, headers=headers)
     return {"status": r.status_code, "body": r.text}
+def tokenize(body):
+    r = client.post("/tokenize", json=body, headers=key)
+    return {"status": r.status_code, "body": r.text}
+big = {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(1000)}}
 print(json.dumps({
     "template": post({**chat, "chat_template": "{{ 1 }}"}),
     "kwargs": post({**chat, "chat_template_kwargs": {"chat_template": "{{ 1 }}"}}),
+    "kwargs_tokenize": post({**chat, "chat_template_kwargs": {"tokenize": True}}),
+    "mm_kwargs": post({**chat, "mm_processor_kwargs": {"code_revision": "x"}}),
+    "n": post({**chat, "n": 1000000}),
+    "best_of": client.post("/v1/completions", json={"model": "m", "prompt": "x", "best_of": 100}, headers=key).json(),
+    "guided": post({**chat, "guided_json": big}),
+    "response_format": post({**chat, "response_format": {"type": "json_schema", "json_schema": {"schema": big}}}),
+    "tokenize_kwargs": tokenize({**chat, "chat_template_kwargs": {"tokenize": True}}),
     "no_messages": post({"model": "m"}),
     "no_key": post(chat, headers={}),
 }))
@@ -286,9 +300,19 @@ def test_vllm_app_loads_the_guard_and_refuses_a_request_template(vllm_python: Pa
     )
     assert out.returncode == 0, out.stderr[-3000:]
     got = json.loads(out.stdout.strip().splitlines()[-1])
-    for case, param in (("template", "chat_template"), ("kwargs", "chat_template_kwargs.chat_template")):
+    for case, param in (
+        ("template", "chat_template"),
+        ("kwargs", "chat_template_kwargs.chat_template"),
+        ("kwargs_tokenize", "chat_template_kwargs.tokenize"),  # CVE-2025-62426
+        ("mm_kwargs", "mm_processor_kwargs.code_revision"),  # CVE-2026-114053
+        ("n", "n"),  # CVE-2026-34756
+        ("guided", "guided_json"),  # CVE-2025-32381
+        ("response_format", "response_format"),
+        ("tokenize_kwargs", "chat_template_kwargs.tokenize"),  # /tokenize takes the same kwargs
+    ):
         assert got[case]["status"] == 400, got[case]
         assert json.loads(got[case]["body"])["error"]["param"] == param, got[case]
+    assert got["best_of"]["error"]["param"] == "best_of", got["best_of"]
     # Any other body reaches vLLM whole: its own request model names the missing field (vLLM's 400, not the guard's).
     assert got["no_messages"]["status"] == 400 and "messages" in got["no_messages"]["body"], got["no_messages"]
     assert "request_chat_template" not in got["no_messages"]["body"]
@@ -319,3 +343,45 @@ def test_vllm_media_loader_runs_on_the_pinned_pillow(vllm_python: Path) -> None:
     out = subprocess.run([str(vllm_python), "-c", IMAGE], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
     assert json.loads(out.stdout.strip().splitlines()[-1]) == {"size": [16, 8], "shape": [3, 4, 8]}
+
+
+# Runs inside the vLLM venv: the parameters of the call vLLM 0.7.3 unpacks chat_template_kwargs into, and of the
+# tokenizer method it ends in; the guard must never let a request set one of them (CVE-2025-62426). Also the request
+# fields the guard bounds must be fields of vLLM 0.7.3's request models (a renamed field would pass unguarded).
+SIGNATURES = """
+import inspect, json
+from transformers import PreTrainedTokenizerBase
+from vllm.entrypoints import chat_utils
+from vllm.entrypoints.openai import protocol
+fields = set()
+for model in (protocol.ChatCompletionRequest, protocol.CompletionRequest, protocol.TokenizeChatRequest):
+    fields |= set(model.model_fields)
+print(json.dumps({
+    "vllm": sorted(inspect.signature(chat_utils.apply_hf_chat_template).parameters),
+    "hf": sorted(inspect.signature(PreTrainedTokenizerBase.apply_chat_template).parameters),
+    "fields": sorted(fields),
+}))
+"""
+
+
+def test_the_guard_knows_the_template_call_and_the_request_fields(vllm_python: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gpubox_vllm_guard", REPO / "roles/vllm_service/files/gpubox_vllm_guard.py"
+    )
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    out = subprocess.run([str(vllm_python), "-c", SIGNATURES], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    named = {p for p in got["vllm"] + got["hf"] if p not in ("self", "kwargs")}
+    assert named <= guard.TEMPLATE_CALL_PARAMETERS, named - guard.TEMPLATE_CALL_PARAMETERS
+    bounded = {
+        guard.TEMPLATE_FIELD,
+        guard.KWARGS_FIELD,
+        guard.MM_KWARGS_FIELD,
+        *guard.COUNT_FIELDS,
+        *guard.GUIDED_FIELDS,
+    }
+    assert bounded <= set(got["fields"]), bounded - set(got["fields"])

@@ -9,6 +9,10 @@ Run with the environment's own interpreter (stdlib only, Python >= 3.8). Prints 
                 that moves a script between distributions, e.g. modelscope 1.23 -> 1.40 handing
                 `modelscope` to modelscope-hub, deletes it when pip uninstalls the old one last)
   versions      installed version of every pinned or required distribution
+With --lock HASHES (the hash lock python_env installs with pip --require-hashes), also:
+  repair_lock     the lock's entries (name==version and every --hash) of the broken_scripts distributions, as a
+                  requirements file for `pip install --force-reinstall --no-deps --require-hashes -r`
+  repair_unlocked broken_scripts entries the lock has no entry for (the repair would have no hash to check)
 Requirement lines must be installed; constraint lines only bind what is installed (pip semantics).
 """
 
@@ -88,11 +92,35 @@ def missing_scripts(names: set[str]) -> list[str]:
     return sorted(broken)
 
 
+def lock_entries(text: str) -> dict[str, list[str]]:
+    """canonical name==version -> the text of its entries (continuation lines joined) in a hash lock; a pin with
+    extras has two, plain and with the extras."""
+    entries: dict[str, list[str]] = {}
+    for entry in re.sub(r"\\\n", " ", text).splitlines():
+        if not entry.strip() or entry.lstrip().startswith("#"):
+            continue
+        head = entry.split("--hash", 1)[0].split(";", 1)[0].strip()
+        match = _NAME.match(head)
+        if not match or not match.group(3).replace(" ", "").startswith("=="):
+            raise SystemExit(f"hash lock: cannot read the entry {entry.strip()[:80]!r}")
+        name, version = canonical(match.group(1)), match.group(3).replace(" ", "")[2:]
+        entries.setdefault(f"{name}=={version}", []).append(" ".join(entry.split()))
+    return entries
+
+
+def repair_from_lock(broken: list[str], lock_text: str) -> tuple[str, list[str]]:
+    """The lock entries of ``broken`` (name==version) as a requirements text, and those the lock lacks."""
+    entries = lock_entries(lock_text)
+    found = [line for pin in broken for line in entries.get(pin, [])]
+    return "".join(line + "\n" for line in found), [pin for pin in broken if pin not in entries]
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--requirements", action="append", default=[])
     parser.add_argument("--constraints", action="append", default=[])
     parser.add_argument("--remove", action="append", default=[])
+    parser.add_argument("--lock", help="the hash lock: report the repair's entries (repair_lock)")
     args = parser.parse_args()
 
     installed = installed_versions()
@@ -121,6 +149,9 @@ def main() -> int:
         "python": ".".join(str(part) for part in sys.version_info[:3]),
         "versions": {name: installed[name] for name in sorted(pinned_installed)},
     }
+    if args.lock:
+        with open(args.lock, encoding="utf-8") as handle:
+            report["repair_lock"], report["repair_unlocked"] = repair_from_lock(broken, handle.read())
     print(json.dumps(report, sort_keys=True))
     return 0
 
