@@ -120,10 +120,16 @@ def start_front_door(
     tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
     cert, key = self_signed(tmp, name)
     port = free_port()
+    keys = render(
+        "unit-front-door-keys", "front_door", "gpubox-front-door-keys.conf.j2", ("gpubox", "front_door"),
+        ("gpu_2x3090",), {"gpubox_api_key": knobs.get("gpubox_api_key", GATEWAY_KEY)},
+    )  # fmt: skip
+    (tmp / "keys.conf").write_text(keys)
     conf = render(
         "unit-front-door-live", "front_door", "gpubox-front-door.conf.j2", ("gpubox", "front_door"), ("gpu_2x3090",),
         {
             "gpubox_front_door_port": port,
+            "__front_door_keys_conf": str(tmp / "keys.conf"),
             "gpubox_port": engine,
             "front_door_ipv6": False,
             "front_door_gateway_networks": [f"{GATEWAY}/32"],

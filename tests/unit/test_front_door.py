@@ -117,18 +117,25 @@ def test_nginx_file_streams_limits_and_keeps_metrics_to_the_scrape_networks() ->
     assert "proxy_buffering off;" in v1
     assert "limit_req zone=gpubox_client burst=20;" in v1 and "limit_req zone=gpubox_key burst=40;" in v1
     assert "limit_req_zone $binary_remote_addr zone=gpubox_client:10m rate=10r/s;" in conf
-    assert "limit_req_zone $http_authorization zone=gpubox_key:10m rate=20r/s;" in conf
+    # The key zone counts the tenant a known key resolves to, never the raw header.
+    assert "limit_req_zone $gpubox_tenant zone=gpubox_key:10m rate=20r/s;" in conf
+    assert "auth_request /_gpubox_key;" in v1
     assert "limit_req_status 429;" in conf and "client_max_body_size 4m;" in conf
     assert "listen 443 ssl;" in conf and "server 127.0.0.1:8000;" in conf
+    # /metrics and /health: the connection's own address (geo on $realip_remote_addr), never a forwarded one.
+    geo = conf.split("geo $realip_remote_addr $gpubox_scrape_ok {", 1)[1].split("}", 1)[0]
+    allowed = [line.split()[0] for line in geo.splitlines() if line.strip().endswith(" 1;")]
+    assert allowed == ["127.0.0.1", "::1", "10.9.0.0/16", "2001:db8::/48"]
     for path in ("/metrics", "/health"):
-        block = conf.split(f"location = {path} {{", 1)[1].split("}", 1)[0]
-        allowed = [line.split()[1].rstrip(";") for line in block.splitlines() if line.strip().startswith("allow")]
-        assert allowed == ["127.0.0.1", "::1", "10.9.0.0/16", "2001:db8::/48"]
-        assert "deny all;" in block
+        block = conf.split(f"location = {path} {{", 1)[1]
+        assert block.lstrip().startswith("if ($gpubox_scrape_ok = 0) {\n            return 403;"), block[:200]
+        assert "allow " not in block.split("proxy_pass", 1)[0]
     # The access log uses nginx's predefined format; no format of ours could log the header.
     assert "log_format" not in conf
     assert "access_log /var/log/nginx/gpubox-front-door.access.log combined;" in conf
-    assert conf.count("$http_authorization") == 1
+    # The raw header is read only in the root-only keys file.
+    assert "$http_authorization" not in conf
+    assert "include /etc/gpubox/front-door/keys.conf;" in conf
     assert "location / {\n        return 404;" in conf
     # Without a gateway in front, X-Forwarded-For is never believed.
     assert "set_real_ip_from" not in conf and "real_ip_header" not in conf
@@ -155,7 +162,7 @@ def test_nginx_file_believes_x_forwarded_for_from_the_gateway_only_and_answers_j
     assert all(c.startswith(("ECDHE-", "DHE-")) and ("GCM" in c or "CHACHA20" in c) for c in ciphers.split(":"))
     assert "ssl_protocols TLSv1.2 TLSv1.3;" in lines and "ssl_session_tickets off;" in lines
     # nginx's own errors go to one JSON location; the status stays the error's (no "=").
-    assert "error_page 400 403 404 405 408 413 414 429 500 502 503 504 @gpubox_error;" in lines
+    assert "error_page 400 401 403 404 405 408 413 414 429 500 502 503 504 @gpubox_error;" in lines
     block = conf.split("location @gpubox_error {", 1)[1].split("\n    }", 1)[0]
     assert "default_type application/json;" in block
     body = block.split("return 200 '", 1)[1].split("'", 1)[0]
@@ -316,3 +323,15 @@ def test_a_firewall_that_would_lock_the_controller_out_is_refused_before_any_cha
     assert refused.returncode != 0
     assert "firewall: 1 problem(s). Nothing was changed." in refused.stdout
     assert "does not admit 198.51.100.7, the address Ansible is connected from" in refused.stdout
+
+
+@pytest.mark.parametrize("key", ["a.b+c/d=e:f@g,h-i~j_k0123456789", "plain-key-0123456789", "x" * 64])
+def test_the_keys_file_matches_the_key_byte_for_byte(key: str) -> None:
+    import re
+
+    conf = _render("front_door", "gpubox-front-door-keys.conf.j2", {"gpubox_api_key": key})
+    pattern = conf.split('"~', 1)[1].split('" default;', 1)[0]
+    assert re.fullmatch(pattern, f"Bearer {key}")
+    for other in (f"Bearer {key.upper()}" if key.upper() != key else "", f"Bearer {key}x", f"bearer {key}", key):
+        if other:
+            assert not re.fullmatch(pattern, other), other

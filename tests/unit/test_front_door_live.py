@@ -35,6 +35,9 @@ import live_proxies
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = "127.0.0.1"
 STRANGER = "127.0.0.2"
+# A gateway that is not the loopback address itself (front_door_gateway_networks of the second front door).
+LAN_GATEWAY = "127.0.0.3"
+KNOWN_KEY = {"Authorization": f"Bearer {live_proxies.GATEWAY_KEY}"}
 
 
 def _free_port() -> int:
@@ -63,10 +66,14 @@ def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tup
         pytest.skip(str(exc))
 
 
+SEEN: list[tuple[str, str | None]] = []  # (path, Authorization) of every request the engine got
+
+
 class _Engine(http.server.BaseHTTPRequestHandler):
     """vLLM's stand-in: 200 with the forwarding headers it got, or 503 on /v1/unavailable."""
 
     def do_GET(self) -> None:  # http.server calls it by this name
+        SEEN.append((self.path, self.headers.get("Authorization")))
         status = 503 if self.path == "/v1/unavailable" else 200
         body = json.dumps(
             {
@@ -96,13 +103,13 @@ def engine() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def front_door(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[dict]:
-    """One request a minute per client and per key, no burst; bodies up to 1k."""
+    """One request a minute per client, no burst (the one known key: 1000 a second); bodies up to 1k."""
     tmp = tmp_path_factory.mktemp("front-door")
     limits = {
         "front_door_rate_per_client": "1r/m",
         "front_door_burst_per_client": 0,
-        "front_door_rate_per_key": "1r/m",
-        "front_door_burst_per_key": 0,
+        "front_door_rate_per_key": "1000r/s",
+        "front_door_burst_per_key": 1000,
         "front_door_client_max_body_size": "1k",
     }
     # nginx's workers (nobody) test the GPU marker: a directory they can reach, as /run/gpubox-gpu-metrics (0755).
@@ -118,13 +125,20 @@ def front_door(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterato
 
 
 def _get(
-    port: int, path: str = "/v1/models", source: str = GATEWAY, headers: dict | None = None, body: str | None = None
+    port: int,
+    path: str = "/v1/models",
+    source: str = GATEWAY,
+    headers: dict | None = None,
+    body: str | None = None,
+    key: bool = True,
 ) -> tuple[int, str, Any]:
-    """(status, content type, JSON body) of one HTTPS request from ``source`` (the certificate is not checked)."""
+    """(status, content type, JSON body) of one HTTPS request from ``source`` (the certificate is not checked),
+    with the known key unless ``key`` is false or ``headers`` has an Authorization of its own."""
     context = live_proxies.unverified_tls()
     conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context, source_address=(source, 0))
     try:
-        conn.request("POST" if body is not None else "GET", path, body=body, headers=headers or {})
+        sent = {**(KNOWN_KEY if key else {}), **(headers or {})}
+        conn.request("POST" if body is not None else "GET", path, body=body, headers=sent)
         resp = conn.getresponse()
         raw = resp.read().decode()
         return resp.status, resp.getheader("Content-Type", ""), json.loads(raw)
@@ -198,20 +212,74 @@ def test_x_forwarded_for_from_an_untrusted_source_is_ignored(front_door):
     assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, body)
 
 
-def test_one_key_is_limited_across_clients_and_its_429_is_json(front_door):
-    port = front_door["port"]
-    key = {"Authorization": "Bearer live-test-key-1"}
-    assert _get(port, headers={**key, "X-Forwarded-For": "198.51.100.6"})[0] == 200
-    status, ctype, body = _get(port, headers={**key, "X-Forwarded-For": "198.51.100.7"})
+@pytest.fixture(scope="module")
+def key_limited(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[dict]:
+    """One request a minute per key, no burst; clients unlimited in practice; LAN_GATEWAY is the gateway."""
+    tmp = tmp_path_factory.mktemp("front-door-keys")
+    limits = {
+        "front_door_rate_per_client": "1000r/s",
+        "front_door_burst_per_client": 1000,
+        "front_door_rate_per_key": "1r/m",
+        "front_door_burst_per_key": 0,
+        "front_door_gateway_networks": [f"{LAN_GATEWAY}/32"],
+    }
+    proc, port = _start_front_door(tmp, engine, limits)
+    try:
+        yield {"port": port, "dir": tmp}
+    finally:
+        _stop(proc)
+
+
+def test_the_front_door_refuses_an_unknown_key_before_the_engine_sees_it(key_limited):
+    port = key_limited["port"]
+    SEEN.clear()
+    refused = {
+        "none": {},
+        "wrong": {"Authorization": "Bearer not-the-key-0123456789"},
+        "case": {"Authorization": f"Bearer {live_proxies.GATEWAY_KEY.upper()}"},  # a key matches byte for byte
+        "prefix": {"Authorization": f"Bearer {live_proxies.GATEWAY_KEY}x"},
+        "basic": {"Authorization": f"Basic {live_proxies.GATEWAY_KEY}"},
+    }
+    for what, headers in refused.items():
+        status, ctype, body = _get(port, source=STRANGER, headers=headers, key=False)
+        assert status == 401 and _is_openai_error(status, ctype, body, "invalid_api_key"), (what, status, body)
+        assert body["error"]["type"] == "authentication_error"
+    assert not SEEN, SEEN  # none of them reached the engine
+    # Control: the known key passes, and the engine gets the request.
+    status, _, body = _get(port, source=STRANGER)
+    assert status == 200 and body["path"] == "/v1/models", body
+    assert [("/v1/models", KNOWN_KEY["Authorization"])] == SEEN, SEEN
+
+
+def test_the_key_limit_counts_the_tenant_never_a_guessed_key(key_limited):
+    port = key_limited["port"]
+    # The known key's bucket is used (the test before took its one request a minute): refused from any client.
+    status, ctype, body = _get(port, source=STRANGER, headers={"X-Forwarded-For": "198.51.100.7"})
     assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, body)
-    other = {"Authorization": "Bearer live-test-key-2", "X-Forwarded-For": "198.51.100.8"}
-    assert _get(port, headers=other)[0] == 200
-    errors = (front_door["dir"] / "error.log").read_text()
-    assert 'by zone "gpubox_key", client: 198.51.100.7' in errors, errors[-2000:]
-    assert 'by zone "gpubox_client", client: 127.0.0.2' in errors, errors[-2000:]
+    # Guessed keys get no bucket of their own: each is a 401, never a 200 nor a fresh allowance.
+    for n in range(5):
+        status = _get(port, source=STRANGER, headers={"Authorization": f"Bearer guess-{n:020d}"}, key=False)[0]
+        assert status == 401, (n, status)
+    errors = (key_limited["dir"] / "error.log").read_text()
+    assert 'by zone "gpubox_key"' in errors, errors[-2000:]
     # The key is in no log.
     for log in ("access.log", "error.log"):
-        assert "live-test-key" not in (front_door["dir"] / log).read_text(), log
+        text = (key_limited["dir"] / log).read_text()
+        assert live_proxies.GATEWAY_KEY not in text and "guess-" not in text, log
+
+
+def test_nothing_a_gateway_forwards_opens_metrics_or_health(key_limited):
+    port = key_limited["port"]
+    # /metrics and /health answer by the connection's address: the gateway is not a scrape network, and no
+    # address it forwards (loopback included) makes it one.
+    for forged in ("127.0.0.1", "198.51.100.1, 127.0.0.1", "::1", "198.51.100.1", None):
+        headers = {"X-Forwarded-For": forged} if forged else {}
+        for path in ("/metrics", "/health"):
+            status, ctype, body = _get(port, path, source=LAN_GATEWAY, headers=headers)
+            assert status == 403 and _is_openai_error(status, ctype, body, "forbidden"), (forged, path, status)
+    # Control: loopback itself is a scrape source.
+    status, _, body = _get(port, "/metrics", source=GATEWAY)
+    assert status == 200 and body["path"] == "/metrics", body
 
 
 def test_nginx_own_errors_are_json(front_door):

@@ -268,6 +268,9 @@ def test_the_key_is_in_no_nginx_file_or_log(host):
     for where, text in {"access log": log, "error log": host.file(ERROR_LOG).content_string, "config": config}.items():
         assert key not in text, f"the API key appears in nginx's {where}"
     assert key not in host.check_output("ps -eo args")
+    # The front door's own key check reads it from one root-only file, outside nginx's conf.d.
+    keys = host.file("/etc/gpubox/front-door/keys.conf")
+    assert keys.mode == 0o600 and keys.user == "root" and keys.group == "root"
     assert host.file("/etc/gpubox/front-door/tls.key").mode == 0o600
     assert host.file("/etc/gpubox/front-door/tls.key").user == "root"
 
