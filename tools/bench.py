@@ -9,7 +9,8 @@ medians with each modelled term (sampler live set, rotary cache) left out in tur
 itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py),
 and reports the LAN cache's upstream bytes for N boxes / for 1 box from molecule/fleet_cache's results file,
 and the wall time of each molecule scenario and of each of its phases in the run of record of `make test`
-(bench/scenario-times.json, a copy of the times.json tools/run_scenarios.py writes; --record-times copies it).
+(bench/scenario-times.json, a copy of the times.json tools/run_scenarios.py writes; --record-times copies it),
+and the harness's figures measured by hand (bench/harness-figures.json, each with its date and commit).
 
 A case whose memory line was printed by a non-driver rank (``logged_rank: worker``) is compared with
 that rank's plan: the MLP live set as its activation peak (only the driver samples) and the KV cache that
@@ -689,6 +690,26 @@ def record_times(source: Path = MEASURED_TIMES, dest: Path = SCENARIO_TIMES) -> 
     dest.write_text(json.dumps(data, indent=2) + "\n")
 
 
+HARNESS_FIGURES = ROOT / "bench" / "harness-figures.json"
+
+
+def harness_figures_report(path: Path = HARNESS_FIGURES) -> str:
+    """The harness's figures measured by hand (bench/harness-figures.json), newest first, each with its source."""
+    lines = ["", "# The harness: figures measured by hand", ""]
+    if not path.is_file():
+        return "\n".join([*lines, f"none recorded (no {shown(path)}).", ""])
+    data = json.loads(path.read_text())
+    rows = sorted(data["figures"], key=lambda f: f["measured"], reverse=True)
+    lines += [
+        f"{data['about']} Source: {shown(path)}.",
+        "",
+        "| measured | what | figure | commit |",
+        "|---|---|---|---|",
+    ]
+    lines += [f"| {f['measured']} | {f['what']} | {f['figure']} | {f['commit']} |" for f in rows]
+    return "\n".join(lines) + "\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the Markdown report here too")
@@ -714,6 +735,7 @@ def main(argv: list[str] | None = None) -> int:
         + guidellm_load_report()
         + affinity_load_report()
         + scenario_times_report()
+        + harness_figures_report()
     )
     print(text)
     if args.out:

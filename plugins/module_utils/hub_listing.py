@@ -9,7 +9,7 @@ field and the fix) before the store changes anything.
 The formats, with their sources:
 - commit: a git commit id of the model repository, 40 lower-case hex digits. ModelScope's listing
   (``GET /api/v1/models/{owner}/{name}/repo/files``) gives it per file as ``Revision``
-  (shared/docs/facts.md, "ModelScope API"); model repositories there are git repositories, whose
+  (docs/facts.md, "ModelScope"); model repositories there are git repositories, whose
   SHA-1 object ids are 40 hex digits (git's ``git rev-parse`` prints them lower-case). Every file
   entry must name one and the same commit, and for a commit revision the commit asked for: a listing
   that names none (``Revision`` missing, null or empty), several, or another is refused whole, since

@@ -25,7 +25,7 @@ CONFIG_FIELDS = (
 )
 
 _QWEN25_NOTE = (
-    "layers/heads/kv heads/hidden/head_dim/max pos/weights: shared/docs/facts.md model table; "
+    "layers/heads/kv heads/hidden/head_dim/max pos/weights: docs/facts.md, Models; "
     "intermediate_size, vocab_size, torch_dtype: the model's published config.json"
 )
 
@@ -113,7 +113,7 @@ CATALOG: dict[str, dict[str, Any]] = {
         "weights_bytes": quantized_checkpoint_bytes(_QWEN25_72B_AWQ_SHAPES, bits=4, group_size=128),
         "weights_source": (
             "quantization config (AWQ 4-bit, group 128) over config.json shapes: 41.60 GB "
-            "(facts.md: about 41.6 GB); the downloaded files' total size replaces it"
+            "(docs/facts.md: about 41.6 GB); the downloaded files' total size replaces it"
         ),
         "quantization": "awq_marlin",
         "source": _QWEN25_NOTE + "; weights_bytes from the quantization config (quantized_checkpoint_bytes)",

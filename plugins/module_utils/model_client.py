@@ -44,7 +44,7 @@ if TYPE_CHECKING:  # the request type only, for annotations: model_publish impor
 SYSTEMD_RUN = "/usr/bin/systemd-run"
 SYSTEMCTL = "/usr/bin/systemctl"
 CLIENT_LOG_TAIL = 3000  # characters of the client's output quoted in an error
-LEGACY_BEFORE = (1, 38)  # modelscope < 1.38 is the legacy generation (docs/facts.md)
+LEGACY_BEFORE = (1, 38)  # modelscope < 1.38 is the legacy generation (docs/facts.md, "ModelScope")
 UNSANDBOXED_SWITCH = "GPUBOX_TEST_UNSANDBOXED_CLIENT"
 
 

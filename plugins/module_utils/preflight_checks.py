@@ -47,7 +47,7 @@ MIB = 1024**2
 
 # nvidia-smi totals vary by a few MiB between boards and VBIOS versions of one model.
 GPU_MEMORY_TOLERANCE_MIB = 8
-# Resizable BAR off leaves BAR1 at 256 MiB (facts.md, "Peer-to-peer on consumer GPUs").
+# Resizable BAR off leaves BAR1 at 256 MiB (docs/facts.md, "Peer-to-peer on consumer GPUs").
 BAR1_SMALL_MIB = 256
 DEFAULT_RAM_FACTOR = 2.0
 DEFAULT_DISK_HEADROOM_BYTES = 10 * GIB

@@ -28,7 +28,7 @@ BUILD = APTREPO / "build_repo.py"
 SERVE = APTREPO / "serve.py"
 CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache/gpubox")) / "aptrepo"
 
-# The pin from docs/facts.md, as the cuda_toolkit role writes it.
+# The pin from docs/facts.md ("CUDA apt repository"), as the cuda_toolkit role writes it.
 FACTS_PIN_PACKAGES = "nvidia-* libnvidia-* cuda-drivers*"
 
 pytestmark = pytest.mark.skipif(

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import datetime
 import json
+import re
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -89,3 +92,18 @@ def test_record_times_copies_the_measured_run(tmp_path: Path) -> None:
     source.write_text(json.dumps(TIMES))
     bench.record_times(source, dest)
     assert json.loads(dest.read_text()) == TIMES
+
+
+def test_results_md_ends_with_the_harness_figures_as_bench_writes_them() -> None:
+    """bench/results.md's last section is tools/bench.py's table of bench/harness-figures.json, so that
+    `make bench` rewrites it unchanged; every figure has a date, a commit and both texts."""
+    data = json.loads(bench.HARNESS_FIGURES.read_text())
+    for figure in data["figures"]:
+        assert set(figure) == {"measured", "commit", "what", "figure"}, figure
+        datetime.date.fromisoformat(figure["measured"])
+        assert re.fullmatch(r"[0-9a-f]{7,40}", figure["commit"]), figure
+        known = subprocess.run(["git", "-C", str(bench.ROOT), "cat-file", "-e", figure["commit"] + "^{commit}"],
+                               capture_output=True, check=False)  # fmt: skip
+        assert known.returncode == 0, f"{figure['commit']} is not a commit of this repository: {figure}"
+    results = (bench.ROOT / "bench" / "results.md").read_text()
+    assert results.endswith(bench.harness_figures_report())

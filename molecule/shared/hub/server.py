@@ -6,7 +6,7 @@
                       [--commit-dir DIR ...] [--branch-file F]
                       [--tls-cert CERT.pem --tls-key KEY.pem]
 
-It answers the requests the real `modelscope` client makes (docs/facts.md, ModelScope):
+It answers the requests the real `modelscope` client makes (docs/facts.md, "ModelScope"):
     GET  /api/v1/models/{owner}/{name}                        model info
     GET  /api/v1/models/{owner}/{name}/revisions              branches and tags (legacy client)
     GET  /api/v1/models/{owner}/{name}/repo/files?Revision=R  listing: Name Path Type Size Sha256 Revision
