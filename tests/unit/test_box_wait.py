@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.server
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -113,7 +114,8 @@ def test_the_command_line_says_what_it_waited_for(capsys: pytest.CaptureFixture[
     assert f"box_wait: waited for 127.0.0.1:{port} to accept connections and greet with 'SSH-': not there" in err
     with listener_after(0, b"SSH-2.0-x\r\n") as port:
         assert box_wait.main(["port", "127.0.0.1", str(port), "--banner", "SSH-", "--timeout", "5"]) == 0
-    assert "greet with 'SSH-': there after 1 try" in capsys.readouterr().out
+    # A listener thread on a loaded machine may answer the second ask: the count is the wait's, not the test's.
+    assert re.search(r"greet with 'SSH-': there after \d+ tr(y|ies)$", capsys.readouterr().out.strip())
 
 
 def test_the_harness_waits_only_through_the_two_helpers() -> None:

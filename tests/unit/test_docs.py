@@ -219,20 +219,8 @@ def test_doc_names_only_what_exists(doc: Path) -> None:
     assert not problems, f"{name} names what does not exist: {problems}"
 
 
-# Found by the link check in a file another branch owns and mends (docs/security.md points at the crash
-# suite's old heading). The test below fails once the problem is gone, so that the entry goes with it.
-ELSEWHERE = {
-    "docs/security.md": (
-        "link testing.md#crash-consistency-moleculecrash "
-        "(no heading #crash-consistency-moleculecrash in docs/testing.md)",
-    ),
-}
-
-
-def test_each_problem_left_to_another_branch_is_still_there() -> None:
-    for name, problems in ELSEWHERE.items():
-        gone = set(problems) - set(doc_problems(ROOT / name))
-        assert not gone, f"{name} no longer has {sorted(gone)}: remove it from ELSEWHERE in {Path(__file__).name}"
+# Problems the link check found that stay on purpose, by file (none now).
+ELSEWHERE: dict[str, tuple[str, ...]] = {}
 
 
 def test_error_messages_name_only_what_exists() -> None:
