@@ -356,3 +356,13 @@ def test_a_bad_option_value_is_one_error_naming_it(box: Box) -> None:
         run = box.run(*extra)
         assert run.rc == 2 and expected in run.stderr.splitlines()[-1], run.stderr
         assert not (box.path / "health.json").exists()
+
+
+def test_an_xid_logged_while_the_kernel_log_was_unreadable_is_read_once_it_is_readable(box: Box) -> None:
+    box.run()
+    with box.kernel_log.open("a") as fh:
+        fh.write(XID_79 + "\n")
+    blind = box.run(journalctl=NO_JOURNAL)
+    assert blind.value("gpubox_gpu_xid_events") == 0 and blind.health["healthy"]  # not seen, and said so
+    back = box.run()  # from the cursor saved before the spell
+    assert back.value("gpubox_gpu_xid_events") == 1 and back.health["problems"] == ["Xid 79 on 0000:21:00"]
