@@ -212,11 +212,8 @@ def journal_answer(returncode: int, stdout: str, stderr: str, had_cursor: bool) 
             lines.append(line)
     said = [ln.strip() for ln in (stderr.strip() or stdout.strip()).splitlines() if ln.strip()]
     if returncode != 0:
-        return (
-            [],
-            "",
-            f"journalctl exit {returncode}: {said[0][:200] if said else 'nothing said under -q (journalctl -k -b says why)'}",
-        )
+        why = said[0][:200] if said else "nothing said under -q (journalctl -k -b says why)"
+        return [], "", f"journalctl exit {returncode}: {why}"
     complaint = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     if not lines and complaint:
         return [], "", f"journalctl printed no line and said: {complaint[0][:200]}"
