@@ -59,8 +59,9 @@ def planned_blocks(textfile_dir):
 
 
 def gpu_health():
-    """healthy, or unhealthy with the problems, as the box's GPU collector last said (roles/metrics); None
-    without a collector. Its health file is where the collector's own unit writes it (--health PATH)."""
+    """healthy, healthy (but: a tolerated problem, as an unreadable kernel log), or unhealthy with the problems, as
+    the box's GPU collector last said (roles/metrics); None without a collector. Its health file is where the
+    collector's own unit writes it (--health PATH)."""
     exec_start = run(["systemctl", "show", "gpubox-gpu-metrics.service", "-p", "ExecStart", "--value"])
     match = re.search(r"--health (\S+)", exec_start)
     if not match:
@@ -70,6 +71,8 @@ def gpu_health():
             verdict = json.load(fh)
     except (OSError, ValueError):
         return None
+    if isinstance(verdict.get("summary"), str):  # the collector's own line: says a tolerated problem too
+        return verdict["summary"]
     return "healthy" if verdict.get("healthy") else "unhealthy: " + "; ".join(verdict.get("problems") or [])
 
 

@@ -33,6 +33,9 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("gpu_health", "GPU health"),
 )
 FIELD_NAMES = tuple(field[0] for field in FIELDS)
+# Columns shown whole: the GPU column is read for its problems ("healthy (but: kernel log unreadable since ...)",
+# "unhealthy: Xid 79 on ..."), which a shortened cell would cut out.
+WHOLE = frozenset({"gpu_health"})
 
 
 def _norm(value: Any) -> Any:
@@ -78,9 +81,9 @@ def compare(rows: Mapping[str, Mapping[str, Any]], desired: Mapping[str, Mapping
     return report
 
 
-def _cell(cell: Mapping[str, Any]) -> str:
+def _cell(cell: Mapping[str, Any], whole: bool = False) -> str:
     text = "-" if cell["value"] is None else str(cell["value"])
-    if len(text) > 24:
+    if len(text) > 24 and not whole:
         text = text[:12] + "..." + text[-8:]
     text = text.replace("|", "\\|")
     return f"**{text}** (DRIFT: {'; '.join(cell['drift'])})".replace("|", "\\|") if cell["drift"] else text
@@ -91,7 +94,7 @@ def markdown(report: Mapping[str, Any]) -> str:
     titles = [field[1] for field in report["fields"]]
     lines = ["| box | " + " | ".join(titles) + " |", "|---" * (len(titles) + 1) + "|"]
     for host, cells in report["hosts"].items():
-        lines.append(f"| {host} | " + " | ".join(_cell(cells[field[0]]) for field in report["fields"]) + " |")
+        lines.append(f"| {host} | " + " | ".join(_cell(cells[f], f in WHOLE) for f, _title in report["fields"]) + " |")
     lines.append("")
     lines.append(f"{len(report['drift'])} drifting value(s)." if report["drift"] else "No drift.")
     return "\n".join(lines) + "\n"

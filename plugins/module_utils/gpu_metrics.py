@@ -9,12 +9,19 @@ Field names are driver 535's (the pinned branch): `clocks_throttle_reasons.*` an
 still accepts and prints as `clocks_event_reasons.*` and `clocks.current.sm` in its header
 (tests/fixtures/nvidia-smi/_reference/h200x1: the same query under both spellings). A value the card does not
 have (`[N/A]`, `[Not Supported]`: ECC and retired pages on most GeForce cards) is left out, not written as 0.
+
+The kernel log is read or it is not: a run that could not read it says so (KernelLog, `gpubox_gpu_kernel_log_readable
+0`, a line in the health verdict) instead of counting no Xid, and `kernel_log_unhealthy_after` decides whether that
+takes the box out of the fleet (roles/metrics: metrics_gpu_kernel_log_unhealthy_after_sec says why not by default).
 """
 
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from dataclasses import field as _field
 from typing import Any
 
 # (query field, metric name without the gpubox_gpu_ prefix, scale to the metric's unit, help text).
@@ -90,6 +97,49 @@ class MetricsError(ValueError):
     """nvidia-smi's answer is not what was asked for; the message says what it was."""
 
 
+@dataclass(frozen=True)
+class KernelLog:
+    """Whether this run could read the kernel log; when not, since when (the first run of this unreadable spell,
+    kept across runs in the collector's state) and why (the command and what it said)."""
+
+    readable: bool
+    since: float | None = None
+    error: str = ""
+
+
+@dataclass(frozen=True)
+class Health:
+    """The GPU health verdict: ``problems`` lists every problem, ``tolerated`` those among them that leave the box in
+    the fleet (an unreadable kernel log, until ``kernel_log_unhealthy_after``); healthy while no other is left."""
+
+    problems: list[str] = _field(default_factory=list)
+    tolerated: list[str] = _field(default_factory=list)
+
+    @property
+    def healthy(self) -> bool:
+        return not self.untolerated
+
+    @property
+    def untolerated(self) -> list[str]:
+        return [p for p in self.problems if p not in self.tolerated]
+
+    def summary(self) -> str:
+        """One line for a report cell (the drift report's GPU column): healthy, healthy (but: ...), unhealthy: ..."""
+        if not self.problems:
+            return "healthy"
+        if self.healthy:
+            return "healthy (but: " + "; ".join(self.tolerated) + ")"
+        return "unhealthy: " + "; ".join(self.problems)
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "healthy": self.healthy,
+            "problems": self.problems,
+            "tolerated": self.tolerated,
+            "summary": self.summary(),
+        }
+
+
 def _value(text: str | None) -> str | None:
     if text is None:
         return None
@@ -140,6 +190,57 @@ def parse_xids(lines: Iterable[str]) -> list[tuple[str, int, float | None]]:
     return out
 
 
+JOURNAL_CURSOR = "-- cursor: "
+EMPTY_KERNEL_LOG = (
+    "journalctl shows no kernel line of this boot (journald keeps none, rotated them away, or may not be read)"
+)
+
+
+def journal_answer(returncode: int, stdout: str, stderr: str, had_cursor: bool) -> tuple[list[str], str, str]:
+    """(lines, cursor, error) of `journalctl -k -b -o short-unix --show-cursor -q [--after-cursor=C]`'s answer.
+
+    ``error`` is '' when the kernel log was read, else why not: journalctl failed (a bad cursor, no journal of this
+    boot), printed no line but a complaint (no journal file may be opened: permissions), or, while no run of this boot
+    has read a line yet (``had_cursor`` False), printed nothing: every boot logs the kernel's own start, so a kernel
+    log of this boot without a line is one the journal does not have. ``cursor`` is '' when none was printed.
+    """
+    lines, cursor = [], ""
+    for line in stdout.splitlines():
+        if line.startswith(JOURNAL_CURSOR):
+            cursor = line[len(JOURNAL_CURSOR) :].strip()
+        elif line.strip():
+            lines.append(line)
+    said = [ln.strip() for ln in (stderr.strip() or stdout.strip()).splitlines() if ln.strip()]
+    if returncode != 0:
+        why = said[0][:200] if said else "nothing said under -q (journalctl -k -b says why)"
+        return [], "", f"journalctl exit {returncode}: {why}"
+    complaint = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
+    if not lines and complaint:
+        return [], "", f"journalctl printed no line and said: {complaint[0][:200]}"
+    if not lines and not had_cursor:
+        return [], "", EMPTY_KERNEL_LOG
+    return lines, cursor, ""
+
+
+def unreadable_since(previous: float | None, readable: bool, now: float) -> float | None:
+    """The start of the current unreadable spell: None while the log is read, else the first run that could not."""
+    if readable:
+        return None
+    return previous if previous is not None and previous <= now else now
+
+
+def _iso(when: float) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(when))
+
+
+def kernel_log_problem(log: KernelLog) -> str:
+    """The health verdict's line for an unreadable kernel log ('' when it was read)."""
+    if log.readable:
+        return ""
+    since = f" since {_iso(log.since)}" if log.since is not None else ""
+    return f"kernel log unreadable{since} ({log.error or 'no reason given'}): Xid events cannot be seen"
+
+
 def _escape(value: Any) -> str:
     return str(value).replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
@@ -167,13 +268,15 @@ def render(
     now: float = 0.0,
     memory_share: float | None = None,
     p2p_enabled: bool | None = None,
+    kernel_log: KernelLog | None = None,
 ) -> str:
     """The textfile: per GPU gauges (labels gpu, uuid, name, bus_id), per box counts, Xids and the collector state.
 
     ``rows``: parse_query's; ``expected``: gpubox_gpu_count; ``xids``: parse_xids' of this boot; ``error``: why
     nvidia-smi gave no rows ('' when it did); ``now``: the collection time (seconds since the epoch);
     ``memory_share``: the fraction of each GPU's memory vLLM is planned to take (gpubox_gpu_memory_utilization),
-    left out when None; ``p2p_enabled``: the last GPU check's peer-to-peer verdict, left out when unknown.
+    left out when None; ``p2p_enabled``: the last GPU check's peer-to-peer verdict, left out when unknown;
+    ``kernel_log``: whether the Xid counts could be read at all (left out when None: nobody looked).
     """
     fatal = sorted({int(c) for c in fatal_xids})
     series: dict[str, list[str]] = {}
@@ -238,6 +341,18 @@ def render(
     put("xid_events", {}, sum(counts.values()), "Xid events of this boot, every code (0: none)")
     fatal_seen = sum(n for (_bus, code), n in counts.items() if code in fatal)
     put("fatal_xid_events", {}, fatal_seen, f"Xid events of a fatal code ({', '.join(map(str, fatal))}) this boot")
+    if kernel_log is not None:
+        put(
+            "kernel_log_readable", {}, 1 if kernel_log.readable else 0,
+            "1 when this run could read the kernel log; 0: the Xid counts are blind, not zero",
+        )  # fmt: skip
+        if not kernel_log.readable:
+            if kernel_log.since is not None:
+                put(
+                    "kernel_log_unreadable_since_seconds", {}, kernel_log.since,
+                    "first run of this spell that could not read the kernel log",
+                )  # fmt: skip
+            put("kernel_log_error", {"error": kernel_log.error[:200]}, 1, "why the kernel log could not be read")
     put("collector_success", {}, 0 if error else 1, "1 when nvidia-smi answered the query")
     if error:
         put("collector_error", {"error": error[:200]}, 1, "why nvidia-smi gave no answer")
@@ -256,8 +371,13 @@ def health(
     xids: Sequence[tuple[str, int, float | None]] = (),
     fatal_xids: Iterable[int] = FATAL_XIDS,
     error: str = "",
-) -> list[str]:
-    """Why this box should take no requests ([] when healthy): nvidia-smi failed, a GPU is missing, a fatal Xid."""
+    kernel_log: KernelLog | None = None,
+    now: float = 0.0,
+    kernel_log_unhealthy_after: float = -1.0,
+) -> Health:
+    """Why this box should take no requests: nvidia-smi failed, a GPU is missing, a fatal Xid; and whether the kernel
+    log could be read. An unreadable kernel log is a tolerated problem (listed, the box stays in) unless
+    ``kernel_log_unhealthy_after`` >= 0 and it has been unreadable that many seconds (0: at once) by ``now``."""
     problems = []
     if error:
         problems.append(f"nvidia-smi failed: {error[:200]}")
@@ -267,4 +387,11 @@ def health(
     for bus, code, _when in xids:
         if code in fatal:
             problems.append(f"Xid {code} on {bus}")
-    return list(dict.fromkeys(problems))
+    tolerated = []
+    if kernel_log is not None and not kernel_log.readable:
+        line = kernel_log_problem(kernel_log)
+        problems.append(line)
+        since = kernel_log.since if kernel_log.since is not None else now
+        if kernel_log_unhealthy_after < 0 or now - since < kernel_log_unhealthy_after:
+            tolerated.append(line)
+    return Health(list(dict.fromkeys(problems)), tolerated)

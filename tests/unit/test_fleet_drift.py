@@ -80,3 +80,22 @@ def test_long_values_are_shortened_and_pipes_escaped_in_the_table():
 def test_rows_must_be_a_mapping():
     with pytest.raises(TypeError):
         fleet_drift.compare([box()])  # type: ignore[arg-type]
+
+
+def test_the_gpu_column_shows_a_blind_kernel_log_whole_and_marks_the_box():
+    # The GPU collector's summary (gpu_metrics.Health.summary, health.json's "summary", fleet_row's gpu_health) of a
+    # box whose kernel log cannot be read: healthy by default, but not like the others, and the reason not cut short.
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_metrics
+
+    blind = gpu_metrics.KernelLog(False, 1796355937.0, "journalctl not found: No such file or directory")
+    summary = gpu_metrics.health([], 0, kernel_log=blind, now=1796356000.0).summary()
+    assert summary == (
+        "healthy (but: kernel log unreadable since 2026-12-04T03:45:37Z (journalctl not found: No such file or "
+        "directory): Xid events cannot be seen)"
+    )
+    rows = {"b1": box(gpu_health="healthy"), "b2": box(gpu_health=summary), "b3": box(gpu_health="healthy")}
+    report = fleet_drift.compare(rows)
+    assert report["drift"] == [f"b2: gpu_health is {summary}: majority healthy"]
+    table = fleet_drift.markdown(report)
+    assert f"**{summary}** (DRIFT: majority healthy)" in table  # whole, not shortened to 24 characters
+    assert f"{'a' * 12}...{'a' * 8}" in table  # other long values still are

@@ -1,9 +1,10 @@
 """plugins/module_utils/gpu_metrics.py: the GPU metrics collector's parser, renderer and health verdict.
 
-Inputs: the real H200 answer to the collector's query (tests/fixtures/nvidia-smi/_reference/h200x1), the replay
-nvidia-smi's answers for every box (the derived RTX 3090/4090 boxes too), and `NVRM: Xid` lines in the formats of
-public reports (sources beside each). promtool (Debian's prometheus package, GPUBOX_PROMTOOL) checks the rendered
-text as Prometheus reads it.
+Inputs: the real H200's answers to the collector's query (tests/fixtures/nvidia-smi/_reference/h200x1, idle, and
+_reference/h200x1-load, idle and under a bf16 matrix-product load with a power-cap clock event), the replay
+nvidia-smi's answers for every box (the derived RTX 3090/4090 boxes too), `NVRM: Xid` lines in the formats of
+public reports (sources beside each), and journalctl's answers as journal_answer reads them. promtool (Debian's
+prometheus package, GPUBOX_PROMTOOL) checks the rendered text as Prometheus reads it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_metrics
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 REAL = FIXTURES / "_reference" / "h200x1"
+LOAD = FIXTURES / "_reference" / "h200x1-load"
 REPLAY = ROOT / "molecule" / "shared" / "fakegpu" / "nvidia-smi"
 BOXES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
 
@@ -104,6 +106,55 @@ def test_every_replayed_box_answers_the_collectors_query(box: str) -> None:
         assert "gpubox_gpu_ecc_enabled" not in text and "gpubox_gpu_retired_pages" not in text
 
 
+def _load_rows(name: str = "load.csv") -> list[dict]:
+    """Each line of the load capture is one answer of the one GPU: parsed line by line."""
+    assert (LOAD / "fields.txt").read_text().strip() == ",".join(gpu_metrics.FIELDS), (
+        "gpu_metrics.FIELDS changed: capture the load answers again on a real GPU (h200x1-load/README.md)"
+    )
+    return [gpu_metrics.parse_query(line)[0] for line in (LOAD / name).read_text().splitlines() if line.strip()]
+
+
+def test_the_real_h200_under_load_is_held_by_its_power_cap_and_renders_so() -> None:
+    rows = _load_rows()
+    assert len(rows) == 20
+    for row in rows:
+        assert row["name"] == "NVIDIA H200" and row["pstate"] == "P0"
+        assert float(row["utilization.gpu"]) >= 99 and float(row["memory.used"]) > 1000
+        assert 0.98 * 700 <= float(row["power.draw"]) <= 700.0 and row["enforced.power.limit"] == "700.00"
+        assert 1400 <= float(row["clocks.sm"]) < float(row["clocks.max.sm"]) == 1980
+        assert row["clocks_throttle_reasons.sw_power_cap"] == "Active"
+        assert row["clocks_throttle_reasons.gpu_idle"] == "Not Active"
+        assert row["fan.speed"] is None and row["retired_pages.pending"] is None  # [N/A] under load too
+    text = gpu_metrics.render(rows[:1], expected=1).splitlines()
+    ident = 'gpu="0",uuid="GPU-0d2f8299-8419-6f0b-06ef-70b0c327362b",name="NVIDIA H200",bus_id="00000000:00:06.0"'
+    for line in (
+        f'gpubox_gpu_throttle_active{{{ident},reason="sw_power_cap"}} 1',
+        f'gpubox_gpu_throttle_active{{{ident},reason="gpu_idle"}} 0',
+        f'gpubox_gpu_throttle_active{{{ident},reason="hw_thermal_slowdown"}} 0',
+        f"gpubox_gpu_power_draw_watts{{{ident}}} 692.57",
+        f"gpubox_gpu_utilization_ratio{{{ident}}} 1",
+        f"gpubox_gpu_memory_utilization_ratio{{{ident}}} 0.25",
+        f"gpubox_gpu_sm_clock_hertz{{{ident}}} 1470000000",
+    ):
+        assert line in text, line
+    assert gpu_metrics.health(rows[:1], 1).healthy  # a power cap at full load is the card working, not a fault
+
+
+@pytest.mark.parametrize("name", ["idle.csv", "after.csv"])
+def test_the_real_h200_idle_before_and_after_the_load(name: str) -> None:
+    for row in _load_rows(name):
+        assert row["clocks_throttle_reasons.gpu_idle"] == "Active"
+        assert row["clocks_throttle_reasons.sw_power_cap"] == "Not Active"
+        assert row["utilization.gpu"] == "0" and row["clocks.sm"] == "345" and float(row["power.draw"]) < 100
+
+
+def test_the_load_header_names_the_fields_as_driver_580_does() -> None:
+    header = (LOAD / "load-header.csv").read_text().splitlines()[0]
+    assert header == (REAL / "collector-query-header.csv").read_text().splitlines()[0]
+    row = (LOAD / "load-header.csv").read_text().splitlines()[1]
+    assert "691.28 W, 700.00 W" in row and ", Not Active, Not Active, Active, Not Active," in row
+
+
 def test_the_replayed_header_shows_the_real_units() -> None:
     real = (REAL / "collector-query-header.csv").read_text().splitlines()[0].split(", ")
     replay = _replay("h200x2", "--query-gpu=" + ",".join(gpu_metrics.FIELDS), "--format=csv").stdout.splitlines()[0]
@@ -137,17 +188,18 @@ def test_xids_are_counted_by_bus_and_code_and_fatal_ones_make_the_box_unhealthy(
     assert 'gpubox_gpu_xid_events_total{bus="0000:10:1c",code="63",fatal="false"} 2' in text
     assert 'gpubox_gpu_xid_last_timestamp_seconds{bus="0000:4b:00"} 1764681600.123456' in text
     assert "gpubox_gpu_fatal_xid_events 2" in text
-    assert gpu_metrics.health(rows, 2, xids) == ["Xid 79 on 0000:4b:00"]
-    assert gpu_metrics.health(rows, 2, gpu_metrics.parse_xids([XID_LINES["row remapper (63)"]])) == []
-    assert gpu_metrics.health(rows, 2, xids, fatal_xids=[63]) == ["Xid 63 on 0000:10:1c"]
+    assert gpu_metrics.health(rows, 2, xids).problems == ["Xid 79 on 0000:4b:00"]
+    assert gpu_metrics.health(rows, 2, gpu_metrics.parse_xids([XID_LINES["row remapper (63)"]])).problems == []
+    assert gpu_metrics.health(rows, 2, xids, fatal_xids=[63]).problems == ["Xid 63 on 0000:10:1c"]
+    assert not gpu_metrics.health(rows, 2, xids).healthy
 
 
 def test_a_missing_gpu_or_a_failed_query_is_unhealthy_and_said() -> None:
     rows = _real_rows()
-    assert gpu_metrics.health(rows, 1) == []
-    assert gpu_metrics.health(rows, 2) == ["nvidia-smi sees 1 GPU(s), the inventory expects 2"]
+    assert gpu_metrics.health(rows, 1).problems == [] and gpu_metrics.health(rows, 1).summary() == "healthy"
+    assert gpu_metrics.health(rows, 2).problems == ["nvidia-smi sees 1 GPU(s), the inventory expects 2"]
     failed = "exit 18: Failed to initialize NVML: Driver/library version mismatch"
-    assert gpu_metrics.health([], 2, error=failed) == [f"nvidia-smi failed: {failed}"]
+    assert gpu_metrics.health([], 2, error=failed).problems == [f"nvidia-smi failed: {failed}"]
     text = gpu_metrics.render([], 2, error=failed)
     assert "gpubox_gpus_seen 0" in text and "gpubox_gpu_collector_success 0" in text
     assert f'gpubox_gpu_collector_error{{error="{failed}"}} 1' in text
@@ -163,9 +215,12 @@ def test_label_values_are_escaped() -> None:
 def test_promtool_reads_every_rendered_file_as_valid_metrics() -> None:
     promtool = os.environ.get("GPUBOX_PROMTOOL") or shutil.which("promtool")
     xids = gpu_metrics.parse_xids(XID_LINES.values())
+    blind = gpu_metrics.KernelLog(False, 1764681000.0, 'journalctl exit 1: "No journal files were found."')
     for text in (
         gpu_metrics.render(_real_rows(), 1, xids, now=1764681600.5),
         gpu_metrics.render([], 2, error='exit 9: "NVIDIA-SMI has failed"'),
+        gpu_metrics.render(_load_rows(), 1, now=1764681600.5, kernel_log=blind),
+        gpu_metrics.render(_load_rows(), 1, now=1764681600.5, kernel_log=gpu_metrics.KernelLog(True)),
     ):
         out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
         assert out.returncode == 0, out.stdout + out.stderr + text
@@ -219,3 +274,74 @@ def test_the_collector_exports_the_gpu_checks_verdict(tmp_path: Path, state: obj
     assert "gpubox_gpu_memory_planned_share 0.92" in text and "gpubox_gpus_seen 2" in text
     assert [x for x in text if x.startswith("gpubox_gpu_p2p_enabled ")] == ([line] if line else [])
     assert json.loads((tmp_path / "health.json").read_text())["healthy"] is True
+
+
+# --- the kernel log: read, or said that it was not (issue 34) -----------------------------------------------------
+
+CURSOR = "s=4c1f;i=2a9;b=1c82afd0;m=5e1;t=62e1;x=9d0e"
+NO_FILES = "No journal files were opened due to insufficient permissions."  # systemd's journalctl, not root
+KERNEL = "1764681600.123456 box kernel: NVRM: loading NVIDIA UNIX Open Kernel Module for x86_64  580.159.04\n"
+
+
+@pytest.mark.parametrize(
+    ("answer", "had_cursor", "expected"),
+    [
+        ((0, KERNEL + f"-- cursor: {CURSOR}\n", ""), False, ([KERNEL.strip()], CURSOR, "")),
+        ((0, "", ""), True, ([], "", "")),  # nothing new since the last run: read, nothing to add
+        ((0, "", ""), False, ([], "", gpu_metrics.EMPTY_KERNEL_LOG)),  # no line of this boot at all
+        ((1, "", ""), False, ([], "", "journalctl exit 1: nothing said under -q (journalctl -k -b says why)")),
+        ((1, "", "Failed to seek to cursor: Invalid argument\n"), True,
+         ([], "", "journalctl exit 1: Failed to seek to cursor: Invalid argument")),
+        ((0, "", f"{NO_FILES}\n"), True, ([], "", f"journalctl printed no line and said: {NO_FILES}")),
+    ],
+)  # fmt: skip
+def test_journalctls_answer_is_read_or_said_unreadable(answer: tuple, had_cursor: bool, expected: tuple) -> None:
+    assert gpu_metrics.journal_answer(*answer, had_cursor=had_cursor) == expected
+
+
+def test_the_unreadable_spell_starts_once_and_ends_when_read() -> None:
+    assert gpu_metrics.unreadable_since(None, False, 100.0) == 100.0
+    assert gpu_metrics.unreadable_since(100.0, False, 160.0) == 100.0
+    assert gpu_metrics.unreadable_since(100.0, True, 220.0) is None
+    assert gpu_metrics.unreadable_since(900.0, False, 220.0) == 220.0  # a start in the future (clock set back)
+
+
+def test_an_unreadable_kernel_log_is_a_gauge_an_error_and_a_problem() -> None:
+    rows = _real_rows()
+    blind = gpu_metrics.KernelLog(False, 1764681000.0, "journalctl could not be run: No such file or directory")
+    text = gpu_metrics.render(rows, 1, now=1764681600.0, kernel_log=blind).splitlines()
+    assert "gpubox_gpu_kernel_log_readable 0" in text
+    assert "gpubox_gpu_kernel_log_unreadable_since_seconds 1764681000" in text
+    assert 'gpubox_gpu_kernel_log_error{error="journalctl could not be run: No such file or directory"} 1' in text
+    assert "gpubox_gpu_xid_events 0" in text  # still written: the gauge above says it is blind
+    line = (
+        "kernel log unreadable since 2025-12-02T13:10:00Z (journalctl could not be run: No such file or directory): "
+        "Xid events cannot be seen"
+    )
+    verdict = gpu_metrics.health(rows, 1, kernel_log=blind, now=1764681600.0)
+    assert verdict.problems == [line] and verdict.tolerated == [line] and verdict.healthy  # default: never unhealthy
+    assert verdict.summary() == f"healthy (but: {line})"
+    read = gpu_metrics.render(rows, 1, kernel_log=gpu_metrics.KernelLog(True)).splitlines()
+    assert "gpubox_gpu_kernel_log_readable 1" in read
+    assert not [x for x in read if "unreadable_since" in x or "kernel_log_error" in x]
+    assert gpu_metrics.health(rows, 1, kernel_log=gpu_metrics.KernelLog(True)).problems == []
+    assert "kernel_log" not in gpu_metrics.render(rows, 1)  # nobody looked: nothing said
+
+
+@pytest.mark.parametrize(
+    ("after", "unreadable_for", "healthy"),
+    [(-1, 10**6, True), (0, 0, False), (600, 599, True), (600, 600, False), (600, 3600, False)],
+)
+def test_an_unreadable_kernel_log_makes_the_box_unhealthy_only_after_its_grace(
+    after: float, unreadable_for: float, healthy: bool
+) -> None:
+    now = 1764681600.0
+    blind = gpu_metrics.KernelLog(False, now - unreadable_for, "journalctl did not answer within 20 s")
+    xid = gpu_metrics.parse_xids([XID_LINES["fallen off the bus (79)"]])
+    verdict = gpu_metrics.health(_real_rows(), 1, kernel_log=blind, now=now, kernel_log_unhealthy_after=after)
+    assert verdict.healthy is healthy and len(verdict.problems) == 1
+    assert verdict.untolerated == ([] if healthy else verdict.problems)
+    assert verdict.summary().startswith("healthy (but: kernel log" if healthy else "unhealthy: kernel log")
+    both = gpu_metrics.health(_real_rows(), 1, xid, kernel_log=blind, now=now, kernel_log_unhealthy_after=after)
+    assert not both.healthy and both.untolerated[0] == "Xid 79 on 0000:4b:00"
+    assert both.as_json()["healthy"] is False and both.as_json()["problems"] == both.problems
