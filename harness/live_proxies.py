@@ -1,6 +1,6 @@
 """The front door (nginx) and the gateway (HAProxy) run on loopback from the roles' own rendered files.
 
-Used by tests/unit/test_front_door_live.py and by bench/proxy_load.py (the load through both). The files
+Used by tests/integration/test_front_door_live.py and by bench/proxy_load.py (the load through both). The files
 are the roles' templates rendered by Ansible's templar over the roles' defaults (ansible_vars.py), with
 the knobs a caller gives; only what a test on loopback cannot have is changed (no chroot or user switch for
 HAProxy, nginx's pid, logs and temp paths in the caller's directory). Missing binaries raise Missing.
@@ -8,6 +8,7 @@ HAProxy, nginx's pid, logs and temp paths in the caller's directory). Missing bi
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import socket
@@ -18,12 +19,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import ansible_vars
+from harness import ansible_vars
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 GATEWAY = "127.0.0.1"
 GATEWAY_KEY = "live-gateway-key-0123456789"
-STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
+STANDIN = ROOT / "harness" / "engine_standin" / "standin.py"
+# The one client of HAProxy's sockets: the script roles/llm_gateway installs on the gateway, imported here.
+RUNTIME_CLIENT = ROOT / "roles" / "llm_gateway" / "files" / "haproxy_runtime.py"
+_spec = importlib.util.spec_from_file_location("gpubox_haproxy_runtime", RUNTIME_CLIENT)
+haproxy_runtime = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(haproxy_runtime)
 
 
 class Missing(Exception):
@@ -80,7 +86,7 @@ def unverified_tls() -> ssl.SSLContext:
 def start_standin(
     ttft_ms: float, itl_ms: float, box_name: str = "", health_delay_ms: float = 0
 ) -> tuple[subprocess.Popen, int]:
-    """The engine stand-in (TEST ONLY, molecule/shared/engine_standin) on a free loopback port, keyed GATEWAY_KEY;
+    """The engine stand-in (TEST ONLY, harness/engine_standin) on a free loopback port, keyed GATEWAY_KEY;
     ``box_name``: its x-gpubox-standin-host header (the hostname when empty); ``health_delay_ms``: how late it
     answers /health."""
     port = free_port()
@@ -168,15 +174,7 @@ def stop(proc: subprocess.Popen) -> None:
 
 def haproxy_cli(path: Path, command: str) -> str:
     """One command on an HAProxy unix socket (the runtime API or the master CLI) and its whole answer."""
-    with socket.socket(socket.AF_UNIX) as s:
-        s.settimeout(5)
-        s.connect(str(path))
-        s.sendall(command.encode() + b"\n")
-        s.shutdown(socket.SHUT_WR)
-        data = b""
-        while chunk := s.recv(65536):
-            data += chunk
-    return data.decode()
+    return haproxy_runtime.ask(str(path), command)
 
 
 def haproxy_binary() -> str:

@@ -41,10 +41,10 @@ import ssl
 import sys
 import time
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-# beside it in the gateway container; in the checkout, where the stand-in lives
-sys.path[:0] = [HERE, os.path.join(HERE, "..", "shared", "engine_standin")]
-import sse_client  # noqa: E402
+try:  # in the checkout (the harness package)
+    from harness.engine_standin import sse_client
+except ImportError:  # copied into the gateway container beside sse_client.py (standard library only)
+    import sse_client  # type: ignore[no-redef]
 
 
 class Load:

@@ -30,8 +30,8 @@ from email.utils import format_datetime
 from pathlib import Path
 
 SCRIPT = Path(__file__).resolve()
-REPO_ROOT = SCRIPT.parents[3]  # molecule/shared/aptrepo/build_repo.py
-DEFAULT_FAKE_NVIDIA_SMI = REPO_ROOT / "molecule/shared/fakegpu/nvidia-smi"
+REPO_ROOT = SCRIPT.parents[2]  # harness/aptrepo/build_repo.py
+DEFAULT_FAKE_NVIDIA_SMI = REPO_ROOT / "harness/fakegpu/nvidia-smi"
 DEFAULT_FIXTURES = REPO_ROOT / "tests/fixtures/nvidia-smi"
 DEFAULT_CACHE = Path.home() / ".cache/gpubox/aptrepo"
 
@@ -258,7 +258,7 @@ CONFIG_DEPENDS_22 = (
     "cuda-toolkit-config-common",
 )
 
-REAL_NOTE = """This file was added by gpubox's test-only apt repository (molecule/shared/aptrepo).
+REAL_NOTE = """This file was added by gpubox's test-only apt repository (harness/aptrepo).
 The binaries and headers in this package are NVIDIA's real CUDA {version} files, taken unmodified
 from the PyPI wheel {wheel} (sha256 {sha256}).
 {extra}"""
@@ -406,8 +406,7 @@ def sim_inputs(fake_smi: Path, fixtures: Path) -> list[tuple[str, Path]]:
     """(install path, source) pairs for the simulator package; raises if an input is missing."""
     if not fake_smi.is_file():
         raise BuildError(
-            f"simulated nvidia-smi not found at {fake_smi}: create it (molecule/shared/fakegpu) "
-            "or pass --sim-nvidia-smi PATH"
+            f"simulated nvidia-smi not found at {fake_smi}: create it (harness/fakegpu) or pass --sim-nvidia-smi PATH"
         )
     boxes = sorted(p for p in fixtures.iterdir() if p.is_dir()) if fixtures.is_dir() else []
     if not boxes:

@@ -1,6 +1,6 @@
 """TEST ONLY: the reading side of one streaming completion over HTTP/1.1, standard library only (asyncio).
 
-Shared by bench/proxy_load.py (on the controller) and molecule/fleet/stream_load.py (copied into the
+Shared by bench/proxy_load.py (on the controller) and harness/stream_load.py (copied into the
 gateway container beside it). A stream is whole when it ends with ``data: [DONE]`` after exactly the
 token events asked for; each token event's arrival time is kept, for TTFT and ITL.
 """

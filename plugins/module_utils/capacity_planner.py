@@ -22,7 +22,7 @@ itself only when ``max_model_len > 32768`` (CUDA, no sliding window), and then
 ``max_num_batched_tokens`` defaults to 2048, otherwise to ``max(max_model_len, 2048)``.
 
 The two terms that cannot be read from a config are modelled physically and calibrated against the
-public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.py`` reports the fit):
+public start-up logs kept in tests/data/calibration/*.yml (``python bench/report.py`` reports the fit):
 
 * activation peak (bytes) = ``max(MLP live set, sampler live set)`` on the driver rank, the MLP live set
   alone on the other ranks. vLLM 0.7.3's ``profile_run`` (vllm/worker/model_runner.py ``_dummy_run``)

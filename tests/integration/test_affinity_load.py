@@ -1,6 +1,6 @@
 """bench/affinity_load.py end to end at a tiny load: three engine stand-ins named as the fleet's boxes, each
 behind nginx with the front door's rendered file, HAProxy with the gateway's over the three; the fleet's own
-client (molecule/fleet/stream_load.py) with a session prefix; and the section tools/bench.py writes."""
+client (harness/stream_load.py) with a session prefix; and the section bench/report.py writes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import bench
+from bench import report as bench
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("gpubox_affinity_load", ROOT / "bench" / "affinity_load.py")

@@ -68,7 +68,7 @@ def core_venv(series: str, python_version: str) -> Path:
     if not stamp.is_file():
         python = find_python(python_version)
         if python is None:
-            pytest.skip(f"no Python {python_version} here for ansible-core {series}")
+            pytest.skip(f"optional: no Python {python_version} here for ansible-core {series} (docs/testing.md)")
         # made in place (a venv is not relocatable); the stamp, written last, marks one that is whole
         shutil.rmtree(venv, ignore_errors=True)
         venv.parent.mkdir(parents=True, exist_ok=True)
@@ -132,7 +132,7 @@ def test_the_installed_collection_plays_under_the_floor(floor_bin: Path, tmp_pat
 BELOW_FLOOR = {"2.18": ("2.17", "'break_when' is not a valid attribute for a LoopControl")}
 
 
-@pytest.mark.skipif(SERIES not in BELOW_FLOOR, reason=f"no known blocker below ansible-core {SERIES}")
+@pytest.mark.skipif(SERIES not in BELOW_FLOOR, reason=f"not applicable: no blocker known below {SERIES}")
 def test_the_series_below_the_floor_cannot_load_the_repo() -> None:
     below, reason = BELOW_FLOOR[SERIES]
     bindir = core_venv(below, CONTROLLER_PYTHON[below])

@@ -1,4 +1,4 @@
-"""Tests for the test-only CUDA apt repository (molecule/shared/aptrepo).
+"""Tests for the test-only CUDA apt repository (harness/aptrepo).
 
 The repository is built for real (real wheels from PyPI, real dpkg-deb, real gpg), served by
 serve.py on a free loopback port and read by a sandboxed apt-get that never touches the host's
@@ -23,7 +23,7 @@ from types import ModuleType
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-APTREPO = ROOT / "molecule/shared/aptrepo"
+APTREPO = ROOT / "harness/aptrepo"
 BUILD = APTREPO / "build_repo.py"
 SERVE = APTREPO / "serve.py"
 CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache/gpubox")) / "aptrepo"

@@ -302,7 +302,7 @@ def run_installed_play(bindir: Path, installed: Path, env: dict[str, str], work:
     """PLAY and a --syntax-check of ROLES_PLAY from work, with bindir's ansible-playbook and Python."""
     env = dict(env, ANSIBLE_PYTHON_INTERPRETER=str(bindir / "python"), ANSIBLE_LOCALHOST_WARNING="0")
     env.update(ANSIBLE_INVENTORY_UNPARSED_WARNING="0")
-    sysfs = ROOT / "molecule" / "shared" / "fakegpu" / "make_sysfs.py"  # the harness makes the fake sysfs
+    sysfs = ROOT / "harness" / "fakegpu" / "make_sysfs.py"  # the harness makes the fake sysfs
     fixture = ROOT / "tests" / "fixtures" / "nvidia-smi" / "rtx3090x2-pcie" / "sysfs.json"
     subprocess.run([sys.executable, str(sysfs), str(fixture), str(work / "sysfs")], check=True)
     (work / "play.yml").write_text(PLAY)

@@ -1,4 +1,4 @@
-"""The engine stand-in (molecule/shared/engine_standin/standin.py, TEST ONLY) speaks what clients and gpubox's
+"""The engine stand-in (harness/engine_standin/standin.py, TEST ONLY) speaks what clients and gpubox's
 checks ask of vLLM 0.7.3's OpenAI server, directly and through the real front door and gateway."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import live_proxies
+from harness import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY = live_proxies.GATEWAY_KEY
@@ -93,14 +93,14 @@ def test_a_stream_through_the_gateway_and_the_front_door_arrives_whole(standin: 
     try:
         front, front_port = live_proxies.start_front_door(tmp_path / "box", standin, {}, 1024)
     except live_proxies.Missing as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
     try:
         try:
             gateway, port = live_proxies.start_gateway(
                 tmp_path / "gw", front_port, tmp_path / "box" / "tls.crt", {}, log=tmp_path / "haproxy.log"
             )
         except live_proxies.Missing as exc:
-            pytest.skip(str(exc))
+            pytest.fail(str(exc))
         try:
             time.sleep(0.5)  # the gateway's first health check
             body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True}
@@ -145,7 +145,7 @@ def test_the_front_door_passes_each_event_on_as_it_comes_and_buffering_would_not
             try:
                 front, front_port = live_proxies.start_front_door(tmp_path / mode, port, {}, edit=edit)
             except live_proxies.Missing as exc:
-                pytest.skip(str(exc))
+                pytest.fail(str(exc))
             try:
                 times = _arrivals(front_port, 20)
             finally:

@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-import live_proxies
+from harness import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = "127.0.0.1"
@@ -56,14 +56,14 @@ def _start_front_door(tmp: Path, engine: int, knobs: dict) -> tuple[subprocess.P
     try:
         return live_proxies.start_front_door(tmp, engine, knobs)
     except live_proxies.Missing as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
 
 
 def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tuple[subprocess.Popen, int]:
     try:
         return live_proxies.start_gateway(tmp, box_port, box_cert, knobs)
     except live_proxies.Missing as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
 
 
 SEEN: list[tuple[str, str | None]] = []  # (path, Authorization) of every request the engine got

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-import live_proxies
+from harness import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
 DROP_IN = ROOT / "roles" / "llm_gateway" / "templates" / "hardening.conf.j2"
@@ -101,7 +101,7 @@ def test_a_reload_hands_a_busy_client_to_the_new_worker_with_the_units_capabilit
     try:
         live_proxies.haproxy_binary()
     except live_proxies.Missing as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
     (tmp_path / "unit").mkdir()
     (tmp_path / "control").mkdir()
     left, requests, closes = reload_with(tmp_path / "unit", caps)

@@ -1,10 +1,11 @@
-"""A gateway reload keeps the boxes' states: roles/llm_gateway's saver (files/haproxy_save_state.py) writes the
+"""A gateway reload keeps the boxes' states: roles/llm_gateway's saver (files/haproxy_runtime.py save-state) writes the
 runtime API's `show servers state`, and the rendered haproxy.cfg (server-state-file, load-server-state-from-file)
 makes the next HAProxy start from it. Real HAProxy on loopback; without the saved file the box is back in the
 pool (the control), so the test can fail."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -12,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-import live_proxies
+from harness import live_proxies
 
-SAVER = live_proxies.ROOT / "roles" / "llm_gateway" / "files" / "haproxy_save_state.py"
+SAVER = live_proxies.RUNTIME_CLIENT
 
 
 def status(sock: Path) -> str:
@@ -41,14 +42,18 @@ def test_a_drained_box_stays_drained_across_a_restart_from_the_saved_state(tmp_p
         try:
             front, front_port = live_proxies.start_front_door(tmp_path / "box", engine_port, {})
         except live_proxies.Missing as exc:
-            pytest.skip(str(exc))
+            pytest.fail(str(exc))
         gw, sock, cert = tmp_path / "gw", tmp_path / "gw" / "admin.sock", tmp_path / "box" / "tls.crt"
         try:
             gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy-1.log")
             assert wait_status(sock, "UP") == "UP"
             live_proxies.haproxy_cli(sock, "set server gpubox_boxes/localhost state drain")
             assert status(sock) == "DRAIN"
-            saved = subprocess.run([sys.executable, str(SAVER), str(sock), str(gw / "server-state")])
+            # the role's client as the tasks run it: the drained box's state and no request in flight
+            stat = subprocess.run([sys.executable, str(SAVER), "stat", str(sock), "gpubox_boxes"],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            assert json.loads(stat.stdout)["localhost"]["status"] == "DRAIN", stat.stdout
+            saved = subprocess.run([sys.executable, str(SAVER), "save-state", str(sock), str(gw / "server-state")])
             assert saved.returncode == 0 and (gw / "server-state").read_text().startswith("1\n")
             live_proxies.stop(gateway)
 
@@ -68,8 +73,8 @@ def test_a_drained_box_stays_drained_across_a_restart_from_the_saved_state(tmp_p
 
 
 def test_the_saver_writes_nothing_when_haproxy_does_not_answer(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, str(SAVER), str(tmp_path / "none.sock"), str(tmp_path / "state")],
-                          capture_output=True, text=True)  # fmt: skip
+    argv = [sys.executable, str(SAVER), "save-state", str(tmp_path / "none.sock"), str(tmp_path / "state")]
+    done = subprocess.run(argv, capture_output=True, text=True)
     assert done.returncode == 0 and "no state saved" in done.stderr
     assert not (tmp_path / "state").exists()
 

@@ -1,7 +1,7 @@
 """End-to-end tests of the verified model store, on loopback, with the real modelscope client.
 
 What is real: the modelscope CLI (installed from PyPI into a cached venv), HTTP, the files, the
-hashes, rename(2). What is simulated: the ModelScope hub (molecule/shared/hub/server.py serves a
+hashes, rename(2). What is simulated: the ModelScope hub (harness/hub/server.py serves a
 tiny generated model the way the real hub's API does) and, through its fault switches, a dropped
 connection and a corrupted object. The module is a thin wrapper (options -> model_publish.Request ->
 run_model_store): most tests build the Request from the module's own argument_spec and call
@@ -43,7 +43,6 @@ from typing import Any
 import pytest
 import yaml
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     model_client,
     state_checks,
@@ -51,9 +50,10 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     store_progress,
 )
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish as lib
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
-HUB = ROOT / "molecule/shared/hub"
+HUB = ROOT / "harness/hub"
 CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache/gpubox"))
 # Root's, 0755: the download user can reach what lies here (unlike ~/.cache under /root).
 TEST_BASE = Path(os.environ.get("GPUBOX_TEST_SRV", "/srv/gpubox-tests"))

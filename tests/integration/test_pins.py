@@ -145,7 +145,7 @@ def pip_env(tmp_path_factory: pytest.TempPathFactory) -> dict:
 
 def _role_argv(name: str, pip_env: dict, wheelhouse: Path, require_hashes: bool = True, **extra: object) -> list[str]:
     """The argv the python_env role renders (vars/main.yml, templated by Ansible) for this venv and wheel directory."""
-    from ansible_vars import render
+    from harness.ansible_vars import render
 
     extra_vars = {
         "gpubox_env_prefix": str(pip_env["env"]),

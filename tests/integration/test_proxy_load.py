@@ -1,5 +1,5 @@
 """bench/proxy_load.py end to end at a tiny load (real nginx and HAProxy on loopback, the engine stand-in), and the
-section tools/bench.py writes from what it recorded."""
+section bench/report.py writes from what it recorded."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-import bench
+from bench import report as bench
 
 ROOT = Path(__file__).resolve().parents[2]
 _spec = importlib.util.spec_from_file_location("gpubox_proxy_load", ROOT / "bench" / "proxy_load.py")

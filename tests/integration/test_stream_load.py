@@ -1,4 +1,4 @@
-"""molecule/fleet/stream_load.py, the fleet's streaming load client: its figures, and a live run through
+"""harness/stream_load.py, the fleet's streaming load client: its figures, and a live run through
 the real front door and gateway (nginx and HAProxy with the roles' rendered files) to the engine stand-in.
 The live run also shows the client counts a stream the engine cuts as truncated: the test can fail."""
 
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-import live_proxies
+from harness import live_proxies
 
 SCRIPT = live_proxies.ROOT / "molecule" / "fleet" / "stream_load.py"
 spec = importlib.util.spec_from_file_location("stream_load", SCRIPT)
@@ -69,7 +69,7 @@ def fleet_of_one(tmp_path: Path):
             )
             procs.append(gateway)
         except live_proxies.Missing as exc:
-            pytest.skip(str(exc))
+            pytest.fail(str(exc))
         (tmp_path / "key").write_text(live_proxies.GATEWAY_KEY + "\n")
         time.sleep(0.5)  # the gateway's first health check
         yield port, tmp_path / "gw" / "tls.pem", tmp_path / "key", engine

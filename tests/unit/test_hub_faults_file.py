@@ -9,7 +9,7 @@ import os
 import sys
 from pathlib import Path
 
-SERVER = Path(__file__).resolve().parents[2] / "molecule/shared/hub/server.py"
+SERVER = Path(__file__).resolve().parents[2] / "harness/hub/server.py"
 spec = importlib.util.spec_from_file_location("gpubox_test_hub_server", SERVER)
 server = importlib.util.module_from_spec(spec)
 sys.modules[spec.name] = server  # dataclasses look their module up there
