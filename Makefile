@@ -70,7 +70,7 @@ $(GPUBOX_PROMTOOL):
 # test (tests/conftest.py), never skips it.
 unit: venv promtool
 	molecule/shared/host-setup.sh
-	pytest -q tests/unit
+	pytest -q -n auto tests/unit
 
 # tests/integration: real nginx and HAProxy on loopback, the test hub and apt repo served, podman boxes
 # (the image `make harness` builds), the collection built and installed, venvs made and cached.
