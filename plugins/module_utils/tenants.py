@@ -67,8 +67,15 @@ class Tenant:
     def limits(self) -> dict[str, Any]:
         """Everything but the keys (what a fact, a report or a public file may hold)."""
         out = {k: v for k, v in asdict(self).items() if k != "keys"}
+        out["body_max_bytes"] = size_bytes(self.body_max)
         out["key_count"] = len(self.keys)
         return out
+
+
+def size_bytes(size: str) -> int:
+    """Bytes of an nginx size (1k = 1024; a checked size)."""
+    scale = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30}.get(size[-1:].lower(), 1)
+    return int(size.rstrip("kKmMgG")) * scale
 
 
 def _int_field(where: str, field: str, value: Any) -> tuple[int | None, str | None]:
@@ -213,4 +220,4 @@ def public(tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
 
 def default_public() -> list[dict[str, Any]]:
     """The one default tenant's public view, for a state whose tenants could not be read."""
-    return [{"name": DEFAULT_NAME, **DEFAULTS, "key_count": 1}]
+    return [{"name": DEFAULT_NAME, **DEFAULTS, "body_max_bytes": size_bytes(DEFAULTS["body_max"]), "key_count": 1}]

@@ -31,7 +31,8 @@ def test_an_empty_list_is_one_default_tenant_with_the_api_key_and_the_old_limits
     (only,) = tenants.parse([], API_KEY)
     assert only == tenants.Tenant("default", (API_KEY,), 20, 40, 256, "4m")
     assert tenants.public([only]) == [
-        {"name": "default", "requests_per_s": 20, "burst": 40, "streams": 256, "body_max": "4m", "key_count": 1}
+        {"name": "default", "requests_per_s": 20, "burst": 40, "streams": 256, "body_max": "4m",
+         "body_max_bytes": 4 << 20, "key_count": 1}
     ]
 
 
@@ -131,12 +132,14 @@ def test_the_desired_state_checks_the_tenants_and_keeps_their_keys_out_of_its_pu
     public = state.public()
     assert "gpubox_tenants" not in public
     assert public["gpubox_tenant_limits"] == [
-        {"name": "team-a", "requests_per_s": 20, "burst": 40, "streams": 3, "body_max": "4m", "key_count": 2}
+        {"name": "team-a", "requests_per_s": 20, "burst": 40, "streams": 3, "body_max": "4m",
+         "body_max_bytes": 4 << 20, "key_count": 2}
     ]
     assert KEY_A not in repr(public) and API_KEY not in repr(public)
     assert [t.name for t in state_checks.tenant_list(state.values)] == ["team-a"]
     default = _state().public()["gpubox_tenant_limits"]
-    assert default == [{"name": "default", **tenants.DEFAULTS, "key_count": 1}]
+    assert default == [{"name": "default", **tenants.DEFAULTS, "body_max_bytes": 4 << 20, "key_count": 1}]
+    assert [tenants.size_bytes(s) for s in ("512", "1k", "2M", "1g")] == [512, 1024, 2 << 20, 1 << 30]
 
 
 def test_the_desired_state_refuses_bad_tenants_one_line_each() -> None:
