@@ -236,9 +236,11 @@ def start_gateway(
     knobs: dict,
     log: Path | None = None,
     boxes: list[tuple[str, int, Path]] | None = None,
+    keys: list[str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
-    ``boxes`` (name, front door port, certificate) when given.
+    ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts (its pattern file;
+    [GATEWAY_KEY] when not given).
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
     haproxy = haproxy_binary()
@@ -246,7 +248,7 @@ def start_gateway(
     cert, key = self_signed(tmp)
     (tmp / "tls.pem").write_bytes(cert.read_bytes())
     (tmp / "tls.pem.key").write_bytes(key.read_bytes())
-    (tmp / "keys.lst").write_text(GATEWAY_KEY + "\n")
+    (tmp / "keys.lst").write_text("".join(key + "\n" for key in keys or [GATEWAY_KEY]))
     boxes = boxes or [("localhost", box_port, box_cert)]
     for name, _, crt in boxes:
         (tmp / f"{name}.crt").write_bytes(crt.read_bytes())
