@@ -1,7 +1,7 @@
 """The gateway accepts exactly the keys of the boxes' tenants, and behind it each tenant keeps its own limits.
 
-- the keys come from the boxes' gpubox_tenants in the inventory (gpubox_api_key when []), as the role's own
-  variables compute them through Ansible; boxes with different tenants are refused;
+- the keys are what each box's front door writes for it (every key of its gpubox_tenants, gpubox_api_key when
+  []), as the roles' own variables compute them through Ansible; boxes with different keys are refused;
 - through the real HAProxy and the real nginx on loopback, with an engine that logs every request: no key, a
   wrong key, a retired key: 401 from the gateway; a key of one tenant past its limit: 429 from the box's front
   door while another tenant's key passes; none of the refused requests reaches the engine, and every request
@@ -10,12 +10,10 @@
 
 from __future__ import annotations
 
+import base64
 import http.client
 import http.server
 import json
-import os
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,61 +21,48 @@ from typing import Any
 
 import pytest
 
+import ansible_vars
 import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
 KEY_A, KEY_A_OLD, KEY_B = "tenant-a-key-0123456789", "tenant-a-retired-0123456789", "tenant-b-key-0123456789"
 API_KEY = live_proxies.GATEWAY_KEY
-LOCAL = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-
-PLAY = """
-- hosts: gw
-  gather_facts: false
-  vars_files: [{vars}]
-  tasks:
-    - name: Write the keys the gateway would accept (a test only, the role never writes them out)
-      ansible.builtin.copy:
-        content: "{{{{ {{'sets': __llm_gateway_key_sets | length, 'keys': __llm_gateway_keys}} | to_json }}}}"
-        dest: {out}
-        mode: "0600"
-"""
 
 
-def _keys(tmp_path: Path, boxes: dict[str, dict]) -> tuple[int, dict]:
-    inventory = {
-        "all": {
-            "children": {
-                "gpu_boxes": {"hosts": boxes},
-                "llm_gateways": {"hosts": {"gw": {**LOCAL, "llm_gateway_backends": list(boxes)}}},
-            }
-        }
-    }
-    (tmp_path / "hosts.json").write_text(json.dumps(inventory))
-    out = tmp_path / "keys.json"
-    (tmp_path / "play.yml").write_text(PLAY.format(vars=ROOT / "roles" / "llm_gateway" / "vars" / "main.yml", out=out))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.json")]
-    done = subprocess.run([*argv, str(tmp_path / "play.yml")], env=env, cwd=ROOT, capture_output=True, text=True)
-    return done.returncode, json.loads(out.read_text()) if done.returncode == 0 else {
-        "stdout": done.stdout + done.stderr
-    }
+def _box_keys(tenants: list | None) -> str:
+    """What a box's front door writes for the gateway (roles/front_door's __front_door_keys_text)."""
+    extra = {"gpubox_tenants": tenants} if tenants is not None else {}
+    return ansible_vars.render(
+        "unit-gateway-box", "__front_door_keys_text", roles=("gpubox", "front_door"), groups=("gpu_2x3090",),
+        extra_vars={"vault_gpubox_api_key": API_KEY, **extra},
+    )  # fmt: skip
 
 
-def test_the_gateway_accepts_every_key_of_the_boxes_tenants(tmp_path: Path) -> None:
+def _gateway_keys(files: list[str]) -> dict:
+    """The gateway's sets of keys and the keys it accepts, from the boxes' files (roles/llm_gateway's vars)."""
+    results = {"results": [{"content": base64.b64encode(text.encode()).decode()} for text in files]}
+    return ansible_vars.render(
+        "unit-gateway", "{'sets': __llm_gateway_key_sets | length, 'keys': __llm_gateway_keys}",
+        roles=("llm_gateway",), extra_vars={"__llm_gateway_box_keys": results},
+    )  # fmt: skip
+
+
+def test_the_gateway_accepts_every_key_of_the_boxes_tenants() -> None:
     tenants = [{"name": "a", "keys": [KEY_A, KEY_A_OLD]}, {"name": "ops", "keys": [API_KEY, KEY_B]}]
-    box = {"vault_gpubox_api_key": API_KEY, "gpubox_tenants": tenants}
-    rc, got = _keys(tmp_path, {"b1": box, "b2": box})
-    assert rc == 0 and got == {"sets": 1, "keys": sorted([KEY_A, KEY_A_OLD, API_KEY, KEY_B])}, got
+    box = _box_keys(tenants)
+    assert box == f"{KEY_A}\n{KEY_A_OLD}\n{API_KEY}\n{KEY_B}\n"
+    assert _gateway_keys([box, box]) == {"sets": 1, "keys": sorted([KEY_A, KEY_A_OLD, API_KEY, KEY_B])}
     # No tenants listed: the one key, gpubox_api_key (vault_gpubox_api_key).
-    rc, got = _keys(tmp_path, {"b1": {"vault_gpubox_api_key": API_KEY}})
-    assert rc == 0 and got == {"sets": 1, "keys": [API_KEY]}, got
+    assert _box_keys(None) == f"{API_KEY}\n"
     # Boxes with different tenants: two sets, which the role refuses.
-    rc, got = _keys(tmp_path, {"b1": box, "b2": {"vault_gpubox_api_key": API_KEY}})
-    assert rc == 0 and got["sets"] == 2, got
-    # A bad tenant list (which the box's own preflight refuses first): no set of keys, which the role refuses.
-    bad = {"vault_gpubox_api_key": API_KEY, "gpubox_tenants": [{"name": "a", "keys": ["short"]}]}
-    rc, got = _keys(tmp_path, {"b1": bad})
-    assert rc != 0 or got["sets"] != 1, got
+    assert _gateway_keys([box, _box_keys(None)])["sets"] == 2
+    # A bad tenant list (which the box's preflight refuses first): the filter's error names the field, not the key.
+    with pytest.raises(Exception, match=r"gpubox_tenants\[0\]\.keys\[0\] must be 16 to 512") as err:
+        _box_keys([{"name": "a", "keys": ["short-and-bad"]}])
+    assert "short-and-bad" not in str(err.value)
+    tasks = (ROOT / "roles" / "front_door" / "tasks" / "main.yml").read_text()
+    task = tasks.split("- name: Ensure the list of the keys this front door accepts", 1)[1].split("- name:", 1)[0]
+    assert 'mode: "0600"' in task and "no_log: true" in task
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
