@@ -39,7 +39,7 @@ DEFAULTS: dict[str, Any] = {"requests_per_s": 20, "burst": 40, "streams": 256, "
 _RANGES: dict[str, tuple[int, int, str]] = {
     "requests_per_s": (1, 100000, "20"),
     "burst": (0, 1000000, "40"),
-    "streams": (1, 100000, "256"),
+    "streams": (1, 65535, "256"),  # nginx: "connection limit must be less 65536"
 }
 FIELDS = ("name", "keys", *DEFAULTS)
 KEY_FIX = "generate one with `openssl rand -base64 32` and keep it in Ansible Vault"

@@ -70,7 +70,7 @@ def test_tenants_take_their_own_limits_and_the_defaults_for_the_rest() -> None:
         ([_tenant(requests_per_s=-3)], "gpubox_tenants[0].requests_per_s must be 1-100000"),
         ([_tenant(requests_per_s=2.5)], "gpubox_tenants[0].requests_per_s must be a whole number"),
         ([_tenant(requests_per_s=True)], "gpubox_tenants[0].requests_per_s must be a whole number"),
-        ([_tenant(streams=0)], "gpubox_tenants[0].streams must be 1-100000, got 0"),
+        ([_tenant(streams=0)], "gpubox_tenants[0].streams must be 1-65535, got 0"),
         ([_tenant(burst=-1)], "gpubox_tenants[0].burst must be"),
         ([_tenant(body_max="0")], "gpubox_tenants[0].body_max is '0': write an nginx size above 0"),
         ([_tenant(body_max="1m; deny all")], "gpubox_tenants[0].body_max is"),

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 import ansible_vars
 import live_proxies
@@ -30,10 +31,15 @@ API_KEY = live_proxies.GATEWAY_KEY
 
 
 def _box_keys(tenants: list | None) -> str:
-    """What a box's front door writes for the gateway (roles/front_door's __front_door_keys_text)."""
+    """What a box's front door writes for the gateway (the content of roles/front_door's task, as it renders)."""
+    tasks = (ROOT / "roles" / "front_door" / "tasks" / "main.yml").read_text()
+    task = tasks.split("- name: Ensure the list of the keys this front door accepts", 1)[1].split("- name:", 1)[0]
+    content = next(line for line in task.splitlines() if line.strip().startswith("content:")).split(":", 1)[1]
+    content = yaml.safe_load(content).strip()
+    assert content.startswith("{{") and content.endswith("}}")
     extra = {"gpubox_tenants": tenants} if tenants is not None else {}
     return ansible_vars.render(
-        "unit-gateway-box", "__front_door_keys_text", roles=("gpubox", "front_door"), groups=("gpu_2x3090",),
+        "unit-gateway-box", content[2:-2], roles=("gpubox", "front_door"), groups=("gpu_2x3090",),
         extra_vars={"vault_gpubox_api_key": API_KEY, **extra},
     )  # fmt: skip
 
