@@ -479,7 +479,7 @@ def test_a_key_rotation_under_32_streams_drops_none(tmp_path):
     try:
         standin, engine_port = live_proxies.start_standin(5, 50)  # 300 tokens: 15 s a stream
     except live_proxies.Missing as exc:
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
     old, new = "rotation-old-key-0123456789", "rotation-new-key-0123456789"
 
     def tenants(keys):

@@ -103,14 +103,14 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
         )
     except live_proxies.Missing as exc:
         engine.shutdown()
-        pytest.skip(str(exc))
+        pytest.fail(str(exc))
     try:
         try:
             gateway, port = live_proxies.start_gateway(
                 tmp_path_factory.mktemp("gateway"), box_port, box_dir / "tls.crt", {}, keys=[KEY_A, KEY_B, API_KEY]
             )
         except live_proxies.Missing as exc:
-            pytest.skip(str(exc))
+            pytest.fail(str(exc))
         try:
             yield {"port": port, "engine": engine}
         finally:
