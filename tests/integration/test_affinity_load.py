@@ -4,19 +4,16 @@ client (harness/stream_load.py) with a session prefix; and the section bench/rep
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from bench import affinity_load
 from bench import report as bench
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpubox_affinity_load", ROOT / "bench" / "affinity_load.py")
-affinity_load = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(affinity_load)
 
 
 @pytest.mark.skipif(not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()), reason="needs nginx")

@@ -4,19 +4,16 @@ section bench/report.py writes from what it recorded."""
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from bench import proxy_load
 from bench import report as bench
 
 ROOT = Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("gpubox_proxy_load", ROOT / "bench" / "proxy_load.py")
-proxy_load = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(proxy_load)
 
 
 @pytest.mark.skipif(not (shutil.which("nginx") or Path("/usr/sbin/nginx").exists()), reason="needs nginx")

@@ -4,8 +4,8 @@ The live run also shows the client counts a stream the engine cuts as truncated:
 
 from __future__ import annotations
 
-import importlib.util
 import json
+import shutil
 import socket
 import subprocess
 import sys
@@ -14,12 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from harness import live_proxies
+from harness import live_proxies, stream_load
+from harness.engine_standin import sse_client
 
-SCRIPT = live_proxies.ROOT / "molecule" / "fleet" / "stream_load.py"
-spec = importlib.util.spec_from_file_location("stream_load", SCRIPT)
-stream_load = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(stream_load)
+
+def boxed(tmp_path: Path) -> Path:
+    """stream_load.py as molecule/fleet installs it on the gateway: beside sse_client.py, no harness package."""
+    where = tmp_path / "gateway-client"
+    where.mkdir(exist_ok=True)
+    for source in (Path(stream_load.__file__), Path(sse_client.__file__)):
+        shutil.copy(source, where / source.name)
+    return where / "stream_load.py"
 
 
 def line(
@@ -80,7 +85,8 @@ def fleet_of_one(tmp_path: Path):
 
 
 def run_load(tmp_path: Path, port: int, ca: Path, key: Path, clients: int, tokens: str) -> subprocess.Popen:
-    argv = [sys.executable, str(SCRIPT), "--ca", str(ca), "--key-file", str(key), "--port", str(port),
+    # -S: no site-packages, so not the venv's .pth either: the script imports sse_client from beside it
+    argv = [sys.executable, "-S", str(boxed(tmp_path)), "--ca", str(ca), "--key-file", str(key), "--port", str(port),
             "--out", str(tmp_path / "out.jsonl"), "--samples", str(tmp_path / "samples.jsonl"),
             "--stop", str(tmp_path / "stop"), "--clients", str(clients), "--tokens", tokens, "--hot-clients", "2",
             "--sessions", "3"]  # fmt: skip
@@ -89,7 +95,7 @@ def run_load(tmp_path: Path, port: int, ca: Path, key: Path, clients: int, token
 
 def summary(tmp_path: Path, start: float, split: float, end: float) -> dict:
     out = subprocess.run(
-        [sys.executable, str(SCRIPT), "--summarize", str(start), str(split), str(end),
+        [sys.executable, "-S", str(boxed(tmp_path)), "--summarize", str(start), str(split), str(end),
          "--out", str(tmp_path / "out.jsonl"), "--samples", str(tmp_path / "samples.jsonl")],
         check=True, capture_output=True, text=True,
     )  # fmt: skip
