@@ -71,7 +71,7 @@ def run_build(out: Path, cache: Path, sim: tuple[Path, Path] | None) -> subproce
 def checked_build(out: Path, cache: Path, sim: tuple[Path, Path] | None) -> str:
     proc = run_build(out, cache, sim)
     if proc.returncode == br.EXIT_DOWNLOAD:
-        pytest.skip(f"PyPI unreachable and wheels not cached in {cache}/wheels: {proc.stderr.strip()}")
+        pytest.fail(f"PyPI unreachable and wheels not cached in {cache}/wheels: {proc.stderr.strip()}")
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
 
@@ -341,7 +341,7 @@ def test_refuses_to_replace_a_foreign_directory(tmp_path: Path) -> None:
     (out / "keep.txt").write_text("mine")
     proc = run_build(out, CACHE, placeholder_sim_inputs(tmp_path / "inputs"))
     if proc.returncode == br.EXIT_DOWNLOAD:
-        pytest.skip(proc.stderr)
+        pytest.fail(f"PyPI unreachable and wheels not cached: {proc.stderr}")
     assert proc.returncode == 1 and "not built by build_repo.py" in proc.stderr
     assert (out / "keep.txt").read_text() == "mine"
 
@@ -456,7 +456,7 @@ def test_apt_accepts_the_signed_repo(built: Built, served: str, tmp_path: Path) 
 def test_apt_rejects_the_repo_under_another_key(built: Built, served: str, tmp_path: Path) -> None:
     other = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
     if not other.is_file():
-        pytest.skip("needs debian-archive-keyring as a keyring that did not sign the repo")
+        pytest.fail("needs debian-archive-keyring (apt-get install debian-archive-keyring), a key that did not sign")
     apt = apt_for(tmp_path, served, other, None)
     update = apt("apt-get", "update")
     assert update.returncode != 0 and "NO_PUBKEY" in update.stdout + update.stderr

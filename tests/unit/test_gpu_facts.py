@@ -594,7 +594,7 @@ def run_module(
     tmp_path: Path, args: str, module: str = "gpubox.gpubox.gpu_facts", check: bool = False, **extra: str
 ) -> dict:
     if _ansible() is None:
-        pytest.skip("ansible is not installed")
+        pytest.fail("ansible is not installed: make venv")
     env = sim_env("rtx3090x2-pcie", tmp_path / "simstate", **extra)
     return ansible_vars.run_module(module, args, tmp_path, check, env)
 

@@ -177,7 +177,7 @@ def _the_alert_follows_the_collectors_gauge(tmp_path: Path, readable: list[float
     gone once 1. Catches a metric renamed on one side only."""
     promtool = os.environ.get("GPUBOX_PROMTOOL") or shutil.which("promtool")
     if not promtool:
-        pytest.skip("needs promtool (make promtool)")
+        pytest.fail("needs promtool: make promtool (GPUBOX_PROMTOOL names it)")
     assert readable == [1, 0, 0, 1]
     values = " ".join(f"{int(v)}x4" for v in readable)  # each run's value held for 5 samples, 1 minute apart
     test = {
