@@ -307,3 +307,32 @@ def test_an_unwritable_textfile_directory_is_named_before_anything_is_written(tm
     out = subprocess.run([*argv, "--out", str(tmp_path / "nope" / "t.prom")], capture_output=True, text=True)
     assert out.returncode == 2 and out.stderr.startswith("gpubox-tenant-metrics: --out ")
     assert not (state / "state.json").exists()
+
+
+def test_the_library_module_installs_what_the_collector_loads_alone(tmp_path: Path) -> None:
+    import ansible_vars
+
+    lib = tmp_path / "lib"
+    lib.mkdir()
+    dest = lib / "tenant_metrics.py"
+    result = ansible_vars.run_module("gpubox.gpubox.gpu_check_library", f"library=tenant_metrics dest={dest}", tmp_path)
+    assert result.get("changed") is True, result
+    assert dest.read_bytes() == (LIB / "tenant_metrics.py").read_bytes()
+    log = tmp_path / "access.log"
+    log.write_text(line())
+    (tmp_path / "state").mkdir()
+    # -S: nothing but the standard library and --lib is importable, as on the box.
+    argv = [
+        sys.executable,
+        "-S",
+        str(COLLECTOR),
+        "--lib",
+        str(lib),
+        "--log",
+        str(log),
+        "--out",
+        str(tmp_path / "t.prom"),
+    ]
+    out = subprocess.run([*argv, "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, check=False)
+    assert out.returncode == 0, out.stderr
+    assert counts(tmp_path)[("gpubox_front_door_requests_total", (("code", "2xx"), ("tenant", "team-a")))] == "1"
