@@ -336,3 +336,61 @@ def test_the_library_module_installs_what_the_collector_loads_alone(tmp_path: Pa
     out = subprocess.run([*argv, "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stderr
     assert counts(tmp_path)[("gpubox_front_door_requests_total", (("code", "2xx"), ("tenant", "team-a")))] == "1"
+
+
+# --- the role: its knob refused before any change, the collector wanted only with the front door's log ----------
+
+PLAYBOOK = """
+- hosts: box
+  gather_facts: false
+  tasks:
+    - ansible.builtin.setup:  # as write.yml reads the local facts, from a directory of .fact files
+        filter: ansible_local
+        fact_path: "{{ box_fact_path }}"
+    - ansible.builtin.include_role:
+        name: metrics
+        tasks_from: validate
+        public: true
+    - ansible.builtin.debug:
+        msg: "wanted={{ __metrics_tenant_wanted | bool }} log={{ __metrics_tenant_log }}"
+"""
+
+
+def role(tmp_path: Path, **box_vars: object) -> subprocess.CompletedProcess[str]:
+    facts = tmp_path / "facts.d"
+    facts.mkdir(exist_ok=True)
+    local = box_vars.pop("box_local", {})
+    for name, fact in local.items():  # type: ignore[union-attr]
+        (facts / f"{name}.fact").write_text(json.dumps(fact))
+    box = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **box_vars}
+    box["box_fact_path"] = str(facts)
+    (tmp_path / "hosts.json").write_text(json.dumps({"all": {"hosts": {"box": box}}}))
+    (tmp_path / "play.yml").write_text(PLAYBOOK)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.json")]
+    return subprocess.run([*argv, str(tmp_path / "play.yml")], env=env, cwd=ROOT, capture_output=True, text=True)
+
+
+@pytest.mark.parametrize("value", [4, 3601, "often"])
+def test_a_bad_interval_is_refused_naming_the_variable(tmp_path: Path, value: object) -> None:
+    done = role(tmp_path, metrics_tenant_interval_sec=value)
+    assert done.returncode != 0 and "metrics_tenant_interval_sec" in done.stdout + done.stderr, done.stdout
+
+
+FACT = {"gpubox_front_door": {"access_log": "/var/log/nginx/gpubox-front-door.access.log"}}
+
+
+@pytest.mark.parametrize(
+    ("box_vars", "expected"),
+    [
+        ({"box_local": FACT}, "wanted=True log=/var/log/nginx/gpubox-front-door.access.log"),
+        ({}, "wanted=False log="),  # the front door has not run yet: no fact, no log to read
+        ({"box_local": FACT, "gpubox_front_door_enabled": False}, "wanted=False"),
+        ({"box_local": FACT, "metrics_tenant_enabled": False}, "wanted=False"),
+    ],
+)
+def test_the_collector_is_wanted_only_where_the_front_door_named_its_log(
+    tmp_path: Path, box_vars: dict, expected: str
+) -> None:
+    done = role(tmp_path, **box_vars)
+    assert done.returncode == 0 and expected in done.stdout, done.stdout + done.stderr
