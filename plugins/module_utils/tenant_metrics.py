@@ -214,7 +214,8 @@ def complete_lines(data: bytes) -> tuple[list[str], int]:
     """The complete lines of ``data`` (text; nginx writes ASCII, anything else is kept byte for byte as latin-1)
     and how many bytes they take: a last line without its newline is left for the next run."""
     end = data.rfind(b"\n") + 1
-    return data[:end].decode("latin-1").splitlines(), end
+    # Split on "\n" alone (str.splitlines would also split on \r, \x0b, \x1c..\x1e and \x85 inside a line).
+    return data[:end].decode("latin-1").split("\n")[:-1], end
 
 
 def _escape(value: str) -> str:

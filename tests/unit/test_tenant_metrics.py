@@ -135,6 +135,16 @@ def test_counts_per_tenant_and_class_and_refused_keys(tmp_path: Path) -> None:
     assert (state.refused_keys, state.unparsed, state.restarts) == (2, 1, 0)
 
 
+def test_a_line_is_what_ends_in_a_newline_and_nothing_else() -> None:
+    # nginx escapes control bytes as \xNN; raw ones (a damaged log) make one unparsed line, not several.
+    data = (line().rstrip("\n") + "\r\x85\x1c junk\n" + line()).encode("latin-1")
+    lines, used = tenant_metrics.complete_lines(data + b"half")
+    assert used == len(data) and len(lines) == 2
+    state = tenant_metrics.State()
+    tenant_metrics.count_lines(state, lines)
+    assert (state.unparsed, state.requests) == (1, {"team-a": {"2xx": 1}})
+
+
 def test_each_run_reads_only_what_arrived_since_the_last(tmp_path: Path) -> None:
     files = Files(tmp_path)
     files.write(line() * 2)
