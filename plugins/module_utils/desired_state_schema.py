@@ -13,7 +13,7 @@ the command line, when it is left out) and the capacity planner's key for it. No
 
 Rows with a ``check`` are desired-state facts (validated by state_checks, read through the
 gpubox.gpubox.desired_state lookup); rows without one are the role's shared switches. Adding a vLLM flag is one
-row here and one test line (docs/design.md, "Adding a vLLM flag"). Imports only vllm_words (a leaf), so every
+row here and one test line (docs/design.md, "Adding a vLLM flag"). Imports only vllm_words and stacks (leaves), so every
 module that checks facts can import it without a cycle (tests/unit/test_imports.py).
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 
 
@@ -85,6 +86,21 @@ _NULL_TEXT = "raw: state_checks reads '', 'none', 'null' and '~' (from -e) as un
 _STRIPPED = "no choices: state_checks accepts a value with surrounding spaces (from -e), which choices would refuse"
 
 ROWS: tuple[Row, ...] = (
+    Row(
+        "gpubox_stack",
+        "str",
+        "The stack the box runs (plugins/module_utils/stacks.py): driver branch and version, CUDA toolkit, Python, "
+        f"vLLM and torch pins with their hash lock and advisories. {', '.join(stacks.NAMES)}.",
+        default=stacks.DEFAULT,
+        check="stack",
+        choices=stacks.NAMES,
+        type_note=_STRIPPED,
+        required=True,
+        hint=f"use {stacks.DEFAULT} (the design card's stack) or lts-580 (driver R580, vLLM 0.32.0)",
+        section="the stack: driver, CUDA, Python and vLLM pins (plugins/module_utils/stacks.py)",
+        comment="One name for everything that moves together: pinned-0.7.3 (R535, CUDA 12.2, vLLM 0.7.3, the design\n"
+        "card's) or lts-580 (R580, CUDA 13.0, vLLM 0.32.0). Per group; make plan and preflight print its support ends.",
+    ),
     Row(
         "gpubox_gpu_name",
         "str",

@@ -27,7 +27,13 @@ from typing import Any
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
 
 # vLLM 0.7.3's vocabulary comes from a leaf module (tests/unit/test_imports.py walks the imports: no cycle).
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, net_checks, value_text, vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    model_catalog,
+    net_checks,
+    stacks,
+    value_text,
+    vllm_words,
+)
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import BLOCK_SIZES
 
 # The word lists the table's choice facts are checked against, still readable here.
@@ -200,6 +206,14 @@ def _choice(choices: tuple[Any, ...], what: str) -> Callable[[str, Any], Any]:
         return value
 
     return check
+
+
+def _stack(name: str, value: Any) -> str:
+    try:
+        return stacks.get(value.strip() if isinstance(value, str) else value).name
+    except stacks.StackError:
+        allowed = ", ".join(stacks.NAMES)
+        raise _Bad(f"{name} must be one of {allowed}, got {_short(value)}: {stacks.allowed()}") from None
 
 
 def _block_size(name: str, value: Any) -> int:
@@ -468,6 +482,7 @@ _CHECKERS: dict[str, Callable[[str, Any], Any]] = {
     "revision": _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"),
     "lock_file": _lock_file,  # the lock of moving revisions, on the controller (lock_file.py)
     "model_config": _model_config,
+    "stack": _stack,
     "block_size": _block_size,
     "served_name": _served_name,
     "extra_args": _extra_args,
@@ -536,6 +551,9 @@ class State:
         out["gpubox_model_name"] = self.model_name
         out["gpubox_model_dir"] = self.model_dir
         out["gpubox_fleet_cache"] = fleet_cache_endpoints(self.values.get("gpubox_fleet_cache_url"))
+        # What the roles read of the stack (driver, CUDA, Python, pin files, engine); None when the name is wrong.
+        stack = self.values.get("gpubox_stack")
+        out["gpubox_stack_info"] = stacks.info(stack) if stack in stacks.STACKS else None
         out["errors"] = list(self.errors)
         return out
 
