@@ -136,6 +136,7 @@ lock-models: venv
 # The hash locks python_env installs with pip --require-hashes (tools/lock_wheels.py): every pin of each
 # constraints file with the sha256 of each file PyPI's simple index lists for it. Refresh on purpose.
 LOCKED_PINS := roles/python_env/files/constraints-vllm-0.7.3.txt:roles/python_env/files/constraints-vllm-0.7.3.hashes.txt \
+  roles/python_env/files/constraints-vllm-0.32.0.txt:roles/python_env/files/constraints-vllm-0.32.0.hashes.txt \
   molecule/fleet_cache/constraints.txt:molecule/fleet_cache/constraints.hashes.txt
 lock-wheels: venv
 	for pair in $(LOCKED_PINS); do $(PY) tools/lock_wheels.py "$${pair%%:*}" --out "$${pair#*:}"; done
