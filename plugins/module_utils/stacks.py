@@ -178,6 +178,15 @@ def get(name: Any) -> Stack:
     raise StackError(f"gpubox_stack is {name!r}, which is not a stack: use one of {allowed()}")
 
 
+def _release(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
+
+
+def serving(minimum_vllm: str) -> list[str]:
+    """The stacks whose vLLM is ``minimum_vllm`` or newer (a model that needs it runs on these)."""
+    return [name for name, stack in STACKS.items() if _release(stack.vllm) >= _release(minimum_vllm)]
+
+
 def driver_version(stack: Stack, distribution: str) -> str:
     """The exact driver version of ``stack`` for "<Distribution>-<major>", or "" when the table has none."""
     return stack.driver_versions.get(distribution, "")

@@ -558,8 +558,26 @@ class State:
         return out
 
 
+def stack_model_problem(model_id: Any, stack: Any) -> str | None:
+    """A catalog model the stack's vLLM cannot serve (model_catalog's min_vllm), naming the stacks that serve it."""
+    needed = model_catalog.min_vllm(model_id)
+    if not needed or stack not in stacks.STACKS or stack in stacks.serving(needed):
+        return None
+    others = stacks.serving(needed)
+    fix = (
+        f"set gpubox_stack: {' or '.join(others)} (vLLM {stacks.STACKS[others[0]].vllm})" if others else "no stack does"
+    )
+    return (
+        f"gpubox_model_id {model_id!r} needs vLLM >= {needed}, but gpubox_stack {stack} runs vLLM "
+        f"{stacks.STACKS[stack].vllm}: {fix}, which serves it, or choose a model of the catalog this stack serves"
+    )
+
+
 def _cross_checks(state: State) -> None:
     v = state.values
+    problem = stack_model_problem(v.get("gpubox_model_id"), v.get("gpubox_stack"))
+    if problem:
+        state.errors.append(problem)
     tp, pp, count = (
         v.get("gpubox_tensor_parallel_size"),
         v.get("gpubox_pipeline_parallel_size"),

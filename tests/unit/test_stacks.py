@@ -167,3 +167,35 @@ def test_summary_lines_name_the_stack_its_support_and_its_open_advisories() -> N
     lts = stacks.summary_lines("lts-580", datetime.date(2026, 12, 4))
     assert "NVIDIA driver R580 (LTSB): supported until 2028-06" in "\n".join(lts)
     assert "open advisories (accepted, unfixed): 0 " in lts[-1]
+
+
+# --- models only a newer stack serves (issue 33, item 3's catalog part) ----------------------------------------------
+
+
+def test_a_model_only_the_new_stack_serves_is_refused_on_the_pinned_stack_naming_the_stack_that_serves_it() -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog
+
+    assert model_catalog.min_vllm("Qwen/Qwen3-8B") == "0.8.4"
+    errors = state_checks.validate({"gpubox_model_id": "Qwen/Qwen3-8B", "gpubox_stack": "pinned-0.7.3"}).errors
+    refusal = [line for line in errors if line.startswith("gpubox_model_id 'Qwen/Qwen3-8B' needs vLLM >= 0.8.4")]
+    assert len(refusal) == 1, errors
+    assert "gpubox_stack pinned-0.7.3 runs vLLM 0.7.3" in refusal[0]
+    assert "set gpubox_stack: lts-580 (vLLM 0.32.0)" in refusal[0]
+
+
+def test_control_the_same_model_on_lts_580_and_an_old_model_on_either_stack_are_not_refused() -> None:
+    for model, stack in (("Qwen/Qwen3-8B", "lts-580"), ("Qwen/Qwen2.5-14B-Instruct", "pinned-0.7.3")):
+        errors = state_checks.validate({"gpubox_model_id": model, "gpubox_stack": stack}).errors
+        assert not [line for line in errors if "needs vLLM" in line], (model, stack, errors)
+
+
+def test_the_plan_refuses_the_model_by_name_before_planning(capsys: pytest.CaptureFixture[str]) -> None:
+    import plan as plan_tool
+
+    argv = ["-l", "gpu_2x3090", "-e", "gpubox_model_id=Qwen/Qwen3-8B", "-e", "gpubox_served_model_name=qwen3"]
+    assert plan_tool.main(argv) == 1
+    out, err = capsys.readouterr()
+    assert "nothing planned" in err and "gpubox_model_id 'Qwen/Qwen3-8B' needs vLLM >= 0.8.4" in err
+    assert "set gpubox_stack: lts-580" in err and "budget per GPU" not in out
+    assert plan_tool.main([*argv, "-e", "gpubox_stack=lts-580"]) == 0  # control: the stack that serves it plans it
+    assert "budget per GPU" in capsys.readouterr().out
