@@ -573,11 +573,45 @@ def stack_model_problem(model_id: Any, stack: Any) -> str | None:
     )
 
 
+def stack_flag_problems(extra_args: Any, stack: Any) -> list[str]:
+    """Extra vLLM arguments the stack's release no longer has (desired_state_schema.REMOVED_FLAGS), by name."""
+    removed = schema.REMOVED_FLAGS.get(stack, {}) if isinstance(stack, str) else {}
+    if not removed or not isinstance(extra_args, list):
+        return []
+    found = []
+    for arg in extra_args:
+        if not isinstance(arg, str) or not arg.startswith("--") or flag_problem(arg):
+            continue  # not a flag, or refused already (rendered, the key, planner-blind)
+        flag = "--" + arg.split("=", 1)[0][2:].replace("_", "-")
+        if flag in removed:
+            found.append(
+                f"gpubox_vllm_extra_args: {arg!r} does not exist in vLLM {stacks.STACKS[stack].vllm} (gpubox_stack "
+                f"{stack}): {removed[flag]}"
+            )
+    return found
+
+
+def stack_quantization_problem(quantization: Any, stack: Any) -> str | None:
+    """A quantization method the stack's vLLM does not have (vllm_words.QUANTIZATIONS_BY_VLLM), by name."""
+    known = vllm_words.QUANTIZATIONS_BY_VLLM.get(stacks.STACKS[stack].vllm) if stack in stacks.STACKS else None
+    if quantization is None or known is None or quantization in known:
+        return None
+    return (
+        f"gpubox_model_quantization {quantization!r} is not a quantization method of vLLM {stacks.STACKS[stack].vllm} "
+        f"(gpubox_stack {stack}): use one of {', '.join(known)}, or null for none"
+    )
+
+
 def _cross_checks(state: State) -> None:
     v = state.values
-    problem = stack_model_problem(v.get("gpubox_model_id"), v.get("gpubox_stack"))
+    stack = v.get("gpubox_stack")
+    problem = stack_model_problem(v.get("gpubox_model_id"), stack)
     if problem:
         state.errors.append(problem)
+    state.errors.extend(stack_flag_problems(v.get("gpubox_vllm_extra_args"), stack))
+    quantization = stack_quantization_problem(v.get("gpubox_model_quantization"), stack)
+    if quantization:
+        state.errors.append(quantization)
     tp, pp, count = (
         v.get("gpubox_tensor_parallel_size"),
         v.get("gpubox_pipeline_parallel_size"),

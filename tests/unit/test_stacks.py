@@ -199,3 +199,68 @@ def test_the_plan_refuses_the_model_by_name_before_planning(capsys: pytest.Captu
     assert "set gpubox_stack: lts-580" in err and "budget per GPU" not in out
     assert plan_tool.main([*argv, "-e", "gpubox_stack=lts-580"]) == 0  # control: the stack that serves it plans it
     assert "budget per GPU" in capsys.readouterr().out
+
+
+# --- the command line per stack (issue 33, item 2) ---------------------------------------------------------------
+
+
+def _state(stack: str, **facts: Any) -> dict[str, Any]:
+    from test_vllm_args import group_state
+
+    return group_state("gpu_2x3090", {"gpubox_stack": stack, **facts})
+
+
+def test_each_stack_renders_its_releases_request_logging_flag() -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import vllm_args
+
+    pinned, lts = _state("pinned-0.7.3"), _state("lts-580")
+    assert "--disable-log-requests" in vllm_args(pinned) and "--enable-log-requests" not in vllm_args(pinned)
+    assert "--disable-log-requests" not in vllm_args(lts) and "--enable-log-requests" not in vllm_args(lts)
+    assert "--enable-log-requests" in vllm_args(lts, disable_log_requests=False)
+    assert "--disable-log-requests" not in vllm_args(pinned, disable_log_requests=False)
+    # every other argument is the same on both stacks
+    strip = {"--disable-log-requests", "--enable-log-requests"}
+    assert [a for a in vllm_args(pinned) if a not in strip] == [a for a in vllm_args(lts) if a not in strip]
+
+
+@pytest.mark.parametrize(
+    "arg", ["--num-scheduler-steps", "--use-v2-block-manager", "--use_v2_block_manager", "--guided-decoding-backend"]
+)
+def test_flags_the_new_release_removed_are_refused_by_name_on_its_stack_only(arg: str) -> None:
+    extra = [arg, "8"] if arg == "--num-scheduler-steps" else [arg, "outlines"] if "guided" in arg else [arg]
+    lts = state_checks.validate({"gpubox_stack": "lts-580", "gpubox_vllm_extra_args": extra}).errors
+    refused = [
+        line for line in lts if line.startswith(f"gpubox_vllm_extra_args: {arg!r} does not exist in vLLM 0.32.0")
+    ]
+    assert len(refused) == 1, lts
+    pinned = state_checks.validate({"gpubox_stack": "pinned-0.7.3", "gpubox_vllm_extra_args": extra}).errors
+    assert not [line for line in pinned if "gpubox_vllm_extra_args" in line], pinned  # control: 0.7.3 has it
+
+
+def test_the_removed_log_flag_is_refused_on_both_stacks_as_a_rendered_knob() -> None:
+    for stack in stacks.NAMES:
+        errors = state_checks.validate({"gpubox_stack": stack, "gpubox_vllm_extra_args": ["--disable-log-requests"]})
+        assert any("vllm_service_disable_log_requests" in line for line in errors.errors), (stack, errors.errors)
+
+
+def test_a_quantization_method_the_stacks_vllm_lacks_is_refused_by_name() -> None:
+    lts = state_checks.validate({"gpubox_stack": "lts-580", "gpubox_model_quantization": "gguf"}).errors
+    assert any(
+        line.startswith("gpubox_model_quantization 'gguf' is not a quantization method of vLLM 0.32.0") for line in lts
+    )
+    pinned = state_checks.validate({"gpubox_stack": "pinned-0.7.3", "gpubox_model_quantization": "gguf"}).errors
+    assert not [line for line in pinned if "gpubox_model_quantization" in line], pinned
+    ok = state_checks.validate({"gpubox_stack": "lts-580", "gpubox_model_quantization": "awq_marlin"}).errors
+    assert not [line for line in ok if "gpubox_model_quantization" in line], ok
+
+
+def test_the_docs_flag_table_says_which_stacks_have_each_flag() -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
+
+    table = schema.flag_table()
+    assert "| `--disable-log-requests` | vllm_service_disable_log_requests | rendered | no such flag |" in table
+    assert (
+        "| `--enable-log-requests` | vllm_service_disable_log_requests (inverted) | no such flag | rendered |" in table
+    )
+    assert "| `--num-scheduler-steps` | `gpubox_vllm_extra_args` | exists | refused: " in table
+    assert table in (ROOT / "docs" / "deploy.md").read_text()
