@@ -53,11 +53,9 @@ import sse_client  # noqa: E402
 import live_proxies  # noqa: E402
 
 KEY = live_proxies.GATEWAY_KEY
+# One tenant (its key: KEY, live_proxies' gpubox_api_key) whose limits a load never reaches.
 HIGH_LIMITS_FRONT_DOOR = {
-    "front_door_rate_per_client": "100000r/s",
-    "front_door_burst_per_client": 100000,
-    "front_door_rate_per_key": "100000r/s",
-    "front_door_burst_per_key": 100000,
+    "gpubox_tenants": [{"name": "bench", "keys": [KEY], "requests_per_s": 100000, "burst": 100000, "streams": 65535}],
 }
 # The role's check interval, not live_proxies' 200 ms (a test's speed-up): a check's TCP and TLS set-up gets
 # min(timeout connect, interval), so at 200 ms a loaded machine's slow handshake took the one box out.

@@ -58,7 +58,9 @@ def harness_vars(state: Path) -> dict:
 
 def serving_hint() -> None:
     """Print how a user reaches the endpoint: the key is read from the box, never printed."""
-    key_cmd = f"podman exec {BOX} sed -n 's/^VLLM_API_KEY=//p' /etc/gpubox/vllm.env"
+    # The first key the front door accepts (the default tenant's, gpubox_api_key); vllm.env holds vLLM's own key,
+    # which the front door alone sends and refuses from a client.
+    key_cmd = f"podman exec {BOX} head -n 1 /etc/gpubox/front-door/tenant-keys.lst"
     print("\ndemo: the endpoint is the front door (nginx, TLS on 443; its certificate is self-signed, so curl")
     print("demo: trusts that file); vLLM itself listens on 127.0.0.1:8000 only. Inside the box (a container), try:")
     print(f"  KEY=$({key_cmd})")

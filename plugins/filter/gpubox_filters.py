@@ -16,6 +16,8 @@
     {{ record | gpubox.gpubox.reboot_message }}           -> the gate's one line
     {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
                                                           -> what keeps a nvidia module for every kernel
+    {{ gpubox_tenants | gpubox.gpubox.tenant_key_map(gpubox_api_key) }} -> [[regex, tenant], ...] (SECRET: no_log)
+    {{ gpubox_tenants | gpubox.gpubox.tenant_keys(gpubox_api_key) }}    -> [[key, tenant], ...] (SECRET: no_log)
 
 The logic (and its tests) lives in module_utils; errors that are the user's are raised as
 AnsibleFilterError naming the variable.
@@ -36,6 +38,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     preflight_checks,
     reboot_policy,
     state_checks,
+    tenants,
     vllm_cmdline,
 )
 
@@ -155,6 +158,23 @@ def kernel_module_plan(
     )
 
 
+def _tenants(value: Any, api_key: Any, who: str) -> list[tenants.Tenant]:
+    try:
+        return tenants.parse(value, api_key)
+    except tenants.TenantError as exc:  # the lines name positions and fields, never a key
+        raise AnsibleFilterError(f"gpubox.gpubox.{who}: " + "; ".join(exc.problems)) from None
+
+
+def tenant_key_map(value: Any, api_key: Any) -> list[list[str]]:
+    """nginx's map of Authorization to the tenant: [regular expression, tenant name] per tenant. Holds the keys."""
+    return [list(line) for line in tenants.nginx_key_map(_tenants(value, api_key, "tenant_key_map"))]
+
+
+def tenant_keys(value: Any, api_key: Any) -> list[list[str]]:
+    """Every key and its tenant, [key, name], in the inventory's order (HAProxy's map file). Holds the keys."""
+    return [[key, t.name] for t in _tenants(value, api_key, "tenant_keys") for key in t.keys]
+
+
 class FilterModule:
     """gpubox filters."""
 
@@ -176,4 +196,6 @@ class FilterModule:
             "reboot_decision": reboot_decision,
             "reboot_message": reboot_message,
             "kernel_module_plan": kernel_module_plan,
+            "tenant_key_map": tenant_key_map,
+            "tenant_keys": tenant_keys,
         }

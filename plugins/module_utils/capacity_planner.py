@@ -79,6 +79,31 @@ a 131072-position model, 0.24 GiB for Qwen2.5-7B-Instruct-1M's 1010000 positions
 logs 5.43 GiB, the files alone give 5.17). The planner takes ``rotary_dim = head_dim`` (partial-rotary
 models over-count a little).
 
+vLLM's V1 engine (``engine="v1"``: the lts-580 stack's vLLM; read from vLLM's own source, vllm/v1/worker/
+gpu_worker.py ``init_device`` and ``determine_available_memory``, vllm/utils/mem_utils.py ``memory_profiling``,
+vllm/v1/core/kv_cache_utils.py) budgets memory differently from V0:
+
+1. The baseline snapshot is taken *after* the distributed environment (NCCL, custom all-reduce) is set up, so those
+   buffers are not in the budget: V1's non-torch term is only what grows during loading and profiling
+   (cuBLAS/attention workspaces), ``V1_NON_TORCH_GIB``, without V0's per-tp NCCL term.
+2. ``requested = cudaMemGetInfo total x gpu_memory_utilization``; the KV budget is ``requested - weights -
+   torch peak increase of the profiling run - non-torch increase`` (vLLM logs it as "Available KV cache memory:
+   X GiB"); the weights are what loading allocated ("Model loading took X GiB").
+3. CUDA graphs: from vLLM 0.19 on, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` is the default and the graphs'
+   estimated memory is subtracted from the KV budget as well (earlier V1 releases capture them outside the budget,
+   in the ``1 - gpu_memory_utilization`` headroom). ``serving["cudagraph_in_budget"]`` says which (default true:
+   the lts stack's vLLM is newer than 0.19); ``enforce_eager`` captures none. The estimate per GPU is
+   ``V1_CUDAGRAPH_GIB`` unless ``serving["cudagraph_gib"]`` gives a measured one.
+4. Chunked prefill is always on; ``max_num_batched_tokens`` and ``max_num_seqs`` default by GPU size (vLLM's
+   engine arguments for the API server: 2048 tokens and 256 sequences below 70 GiB, 8192 and 1024 from 70 GiB).
+5. ``GPU KV cache size: N tokens`` = blocks x block_size with blocks = KV budget // (block_size x KV bytes per
+   token); V1 refuses to start when one ``max_model_len`` sequence does not fit ("To serve at least one request
+   with the models's max seq len ...").
+
+The profiling run's activation peak is modelled with V0's terms (MLP live set over the batched tokens, the sampler
+over max_num_seqs x vocab); tests/data/calibration_v1/*.yml holds public V1 start-up logs with their sources and
+``python tools/bench.py`` reports the fit.
+
 Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
 ``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
 formula above holds only for full multi-head/grouped-query attention.
@@ -125,6 +150,18 @@ KV_CACHE_DTYPES = vllm_words.KV_CACHE_DTYPES
 CHUNKED_PREFILL_AUTO_ABOVE = 32768
 CHUNKED_PREFILL_BATCHED_TOKENS = 2048
 MIN_BATCHED_TOKENS = 2048
+
+# vLLM V1 (engine="v1"; see the module docstring). The CUDA-graph estimate is the median of the estimates public V1
+# logs print ("Estimated CUDA graph memory", "CUDAGraph memory"): 0.13 GiB (2x RTX 5090 tp 2,
+# github.com/noonghunna/club-3090/issues/1087), 0.64 GiB (github.com/generative-computing/granite-switch/issues/128),
+# 1.62 GiB (github.com/vllm-project/vllm/pull/39559).
+ENGINES = ("v0", "v1")
+DEFAULT_ENGINE = "v0"
+V1_NON_TORCH_GIB = NON_TORCH_BASE_GIB  # V0's term without the per-tp NCCL part, which V1 leaves out
+V1_CUDAGRAPH_GIB = 0.64
+V1_LARGE_GPU_GIB = 70
+V1_BATCHED_TOKENS = {False: 2048, True: 8192}  # GPU below / from V1_LARGE_GPU_GIB
+V1_MAX_NUM_SEQS = {False: 256, True: 1024}
 
 # Thresholds for warnings.
 UTILIZATION_WARN_AT = 0.95
@@ -192,6 +229,8 @@ class ServingFacts:
     kv_dtype_bytes: int
     enforce_eager: bool
     block_size: int
+    engine: str = DEFAULT_ENGINE
+    cudagraph_gib: float = 0.0  # V1: CUDA-graph memory counted in the KV budget (0 for V0, eager or outside)
 
 
 @dataclass
@@ -202,6 +241,7 @@ class Plan:
     mlp_peak_gib: float = 0.0
     sampler_peak_gib: float = 0.0
     non_torch_gib: float = 0.0
+    cudagraph_gib: float = 0.0
     kv_cache_gib_per_gpu: float = 0.0
     kv_bytes_per_token_per_gpu: int = 0
     gpu_blocks: int = 0
@@ -210,6 +250,7 @@ class Plan:
     budget_gib_per_gpu: float = 0.0
     max_num_batched_tokens: int = 0
     weights_source: str = ""
+    engine: str = DEFAULT_ENGINE
     fits: bool = False
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
@@ -391,14 +432,16 @@ def _gpu_facts(gpu: dict, errors: list[str]) -> GpuFacts | None:
     return GpuFacts(name if isinstance(name, str) and name else "GPU", float(total), float(reserved), count)
 
 
-def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -> ServingFacts | None:
+def _serving_facts(
+    serving: dict, model: ModelFacts | None, errors: list[str], engine: str = DEFAULT_ENGINE, large_gpu: bool = False
+) -> ServingFacts | None:
     col = _Collector()
     tp = col.int_at_least(serving, "serving", "tensor_parallel_size", 1, "use 1, 2, 4 or 8", MAX_GPUS)
     pp = col.int_at_least(serving, "serving", "pipeline_parallel_size", 1, "use 1 unless you span hosts", MAX_GPUS)
     max_len = col.int_at_least(serving, "serving", "max_model_len", 1, "set the context length to serve, e.g. 8192")
     seqs_raw = serving.get("max_num_seqs")
     max_seqs = (
-        DEFAULT_MAX_NUM_SEQS
+        (DEFAULT_MAX_NUM_SEQS if engine == "v0" else V1_MAX_NUM_SEQS[large_gpu])
         if seqs_raw is None
         else col.int_at_least(serving, "serving", "max_num_seqs", 1, "e.g. 8 for a small team")
     )
@@ -411,8 +454,10 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
         )
         util = 0.9
 
-    chunked = max_len > CHUNKED_PREFILL_AUTO_ABOVE
+    chunked = engine == "v1" or max_len > CHUNKED_PREFILL_AUTO_ABOVE
     default_tokens = CHUNKED_PREFILL_BATCHED_TOKENS if chunked else max(max_len, MIN_BATCHED_TOKENS)
+    if engine == "v1":
+        default_tokens = V1_BATCHED_TOKENS[large_gpu]
     batched_raw = serving.get("max_num_batched_tokens")
     batched = (
         default_tokens
@@ -452,11 +497,30 @@ def _serving_facts(serving: dict, model: ModelFacts | None, errors: list[str]) -
         col.errors.append(f"{var('serving.enforce_eager')} must be true or false, got {_shown(eager)}")
         eager = False
 
+    cudagraph = 0.0
+    if engine == "v1":
+        in_budget = serving.get("cudagraph_in_budget", True)
+        measured = serving.get("cudagraph_gib")
+        if not isinstance(in_budget, bool):
+            col.errors.append(
+                f"serving cudagraph_in_budget must be true or false, got {_shown(in_budget)}: true for vLLM 0.19 and "
+                "later (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 is their default), false before"
+            )
+        elif measured is not None and not _number_in(measured, 0, MAX_GPU_MIB / 1024, low_open=False):
+            col.errors.append(
+                f"serving cudagraph_gib must be null or a number of GiB >= 0, got {_shown(measured)}: use the "
+                "figure vLLM logs as its CUDA graph memory estimate"
+            )
+        elif in_budget and not eager:
+            cudagraph = float(V1_CUDAGRAPH_GIB if measured is None else measured)
+
     errors.extend(col.errors)
     if col.errors:
         return None
     kv_bytes = (model.dtype_bytes if model else 2) if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
-    return ServingFacts(tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block)
+    return ServingFacts(
+        tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block, engine, cudagraph
+    )
 
 
 def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
@@ -497,6 +561,9 @@ def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
 
 
 def non_torch_gib(serving: ServingFacts) -> float:
+    """V0: NCCL and workspaces since the baseline (per-tp term); V1's baseline comes after NCCL is set up."""
+    if serving.engine == "v1":
+        return V1_NON_TORCH_GIB
     return NON_TORCH_BASE_GIB + NON_TORCH_PER_TP_GIB * serving.tp
 
 
@@ -534,7 +601,8 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     weights = model.weights_bytes / (serving.tp * serving.pp) + rotary_cache_bytes(model)
     activation = activation_peak_bytes(model, serving)
     non_torch = non_torch_gib(serving) * GIB
-    kv_bytes = budget - weights - activation - non_torch
+    cudagraph = serving.cudagraph_gib * GIB
+    kv_bytes = budget - weights - activation - non_torch - cudagraph
     per_token = kv_bytes_per_token_per_gpu(model, serving)
     blocks = max(0, int(kv_bytes // (serving.block_size * per_token)))
 
@@ -546,6 +614,8 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     result.sampler_peak_gib = sampler_peak_bytes(model, serving) / GIB
     result.weights_source = model.weights_source
     result.non_torch_gib = non_torch / GIB
+    result.cudagraph_gib = serving.cudagraph_gib
+    result.engine = serving.engine
     result.kv_cache_gib_per_gpu = kv_bytes / GIB
     result.kv_bytes_per_token_per_gpu = per_token
     result.max_num_batched_tokens = serving.max_num_batched_tokens
@@ -567,7 +637,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
             f"{serving.max_model_len}: vLLM refuses to start; lower {len_name}, raise {util_name} or tp"
         )
 
-    if serving.utilization >= UTILIZATION_WARN_AT:
+    if serving.utilization >= UTILIZATION_WARN_AT and not serving.cudagraph_gib:
         result.warnings.append(
             f"{util_name} is {serving.utilization:.2f} (>= {UTILIZATION_WARN_AT}): CUDA-graph capture "
             "and the CUDA context live outside this budget and OOM at start or first request; use 0.90-0.92"
@@ -586,9 +656,18 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
         )
 
 
-def plan(model: dict, gpu: dict, serving: dict) -> dict:
-    """Plan vLLM 0.7.3 memory per GPU. Never raises on bad input: problems come back in ``errors``."""
+def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE) -> dict:
+    """Plan vLLM memory per GPU for an engine: "v0" (vLLM 0.7.3, the pinned stack) or "v1" (the lts stack's vLLM).
+
+    Never raises on bad input: problems come back in ``errors``."""
     result = Plan()
+    if engine not in ENGINES:
+        result.errors.append(
+            f"engine must be one of {', '.join(ENGINES)}, got {_shown(engine)}: v0 for vLLM 0.7.3 (the pinned "
+            "stack), v1 for the lts stack's vLLM"
+        )
+        return asdict(result)
+    result.engine = engine
     for label, value, name in (
         ("model", model, var("model")),
         ("gpu", gpu, var("gpu.name")),
@@ -600,7 +679,8 @@ def plan(model: dict, gpu: dict, serving: dict) -> dict:
         return asdict(result)
     model_facts = _model_facts(model, result.errors)
     gpu_facts = _gpu_facts(gpu, result.errors)
-    serving_facts = _serving_facts(serving, model_facts, result.errors)
+    large = bool(gpu_facts) and (gpu_facts.total_mib - gpu_facts.reserved_mib) / 1024 >= V1_LARGE_GPU_GIB
+    serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large)
     if model_facts and gpu_facts and serving_facts:
         result.errors.extend(_topology_errors(model_facts, gpu_facts, serving_facts))
         _capacity(model_facts, gpu_facts, serving_facts, result)
@@ -618,6 +698,7 @@ PLAN_ROWS = (
     ("  MLP live set", "mlp_peak_gib", "{:.2f} GiB"),
     ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),
     ("non-torch", "non_torch_gib", "{:.2f} GiB"),
+    ("CUDA graphs (budget)", "cudagraph_gib", "{:.2f} GiB"),
     ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
     ("KV bytes/token/GPU", "kv_bytes_per_token_per_gpu", "{:d} B"),
     ("batched tokens", "max_num_batched_tokens", "{:d}"),

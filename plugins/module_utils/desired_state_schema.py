@@ -391,6 +391,24 @@ ROWS: tuple[Row, ...] = (
         comment="From Ansible Vault. Letters, digits and ._~+/=:@,- only, 16+ characters.",
     ),
     Row(
+        "gpubox_tenants",
+        "list",
+        "Who may call the API: a list of {name, keys (from Ansible Vault), requests_per_s, burst, streams, body_max}; "
+        "the front door refuses (401) any other key and limits each tenant apart. [] = one tenant, default, whose key "
+        "is gpubox_api_key.",
+        default=[],
+        doc_type="list of dict, secret",
+        elements="dict",
+        check="tenants",
+        required=True,
+        hint="use [] (one tenant, default, with gpubox_api_key) or list your tenants",
+        secret=True,
+        comment="Tenants of the front door (plugins/module_utils/tenants.py): each {name, keys, requests_per_s, burst, "
+        "streams,\nbody_max}, its keys from Ansible Vault; limits left out take the defaults (20/s, burst 40, 256 "
+        "streams, 4m).\n[] = one tenant, default, whose key is gpubox_api_key. Rotate a key: add the new one, "
+        "converge, retire the old one,\nconverge (each a reload that drops no stream).",
+    ),
+    Row(
         "gpubox_model_root",
         "path",
         "Model store root; the live model is <root>/<model name>. Not a system directory.",

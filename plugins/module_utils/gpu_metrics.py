@@ -79,11 +79,66 @@ FIELDS: tuple[str, ...] = (
 )
 PREFIX = "gpubox_gpu_"
 
-# Xid codes that take a box out of the fleet by default (metrics_gpu_fatal_xids): 79 the GPU has fallen off the
-# bus, 48 a double-bit ECC error, 74 an NVLink error, 95 an uncontained ECC error (NVIDIA's Xid catalog,
-# https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html), 46 the GPU stopped processing (with 48,
-# a "drain" check of https://docs.nvidia.com/health-validation/reference/checks/xid.md).
-FATAL_XIDS = (46, 48, 74, 79, 95)
+# Xid classes per driver branch (the branch is a plain parameter, 535 by default: the pinned stack's driver).
+# Sources: NVIDIA's Xid catalog https://docs.nvidia.com/deploy/xid-errors/analyzing-xid-catalog.html (codes,
+# mnemonics, resolution buckets, the "Xid 154 linkage" column); the GPU recovery actions Xid 154 reports
+# (None, GPU reset, node reboot, drain P2P, drain and reset):
+# https://docs.nvidia.com/deploy/a100-gpu-mem-error-mgmt/error-recovery-and-response-flags.html; the device
+# plugin's application errors: https://github.com/NVIDIA/k8s-device-plugin/blob/main/internal/rm/health.go.
+#
+# fatal (both branches; metrics_gpu_fatal_xids): 79 the GPU has fallen off the bus, 48 a double-bit ECC error,
+# 74 an NVLink error, 95 an uncontained ECC error (the catalog), 46 the GPU stopped processing (with 48, a "drain"
+# check of https://docs.nvidia.com/health-validation/reference/checks/xid.md).
+FATAL_XIDS_535 = (46, 48, 74, 79, 95)
+# application: what NVIDIA's k8s device plugin skips as an application's own error that leaves the GPU healthy
+# (13 graphics engine exception, 31 GPU memory page fault, 43 GPU stopped processing for that channel, 45
+# preemptive cleanup after an earlier error, 68 video processor exception, 109 context switch timeout): counted
+# and alerted on, never a reason to take the box out, on either branch.
+APPLICATION_XIDS = (13, 31, 43, 45, 68, 109)
+# gsp (580 only): 119 GSP RPC timeout (the driver waited for the GPU's GSP firmware and gave up, e.g. "Timeout
+# after 45s of waiting for RPC response from GPU0 GSP") and 120 a GSP error (a GSP firmware exception). R580's
+# open kernel modules run every GPU on GSP firmware, so these are how an R580 GPU hangs; the gpubox 535 stack
+# (Ubuntu's proprietary -server modules on GeForce cards) does not run GSP firmware there, so on 535 they are
+# "other": counted and alerted on, as any code the branch's catalog does not list.
+GSP_XIDS_580 = (119, 120)
+# recovery (580 only): 154, the driver says the GPU's recovery action changed ("GPU recovery action changed from
+# 0x0 (None) to 0x1 (GPU Reset Required)"): the GPU needs a reset or the node a reboot before it serves again.
+RECOVERY_XIDS_580 = (154,)
+DRIVER_BRANCHES = (535, 580)
+DEFAULT_DRIVER_BRANCH = 535
+XID_CLASSES = ("fatal", "gsp", "recovery", "application", "other")
+FATAL_XIDS = FATAL_XIDS_535
+
+
+def _branch(driver_branch: int) -> int:
+    if isinstance(driver_branch, bool) or driver_branch not in DRIVER_BRANCHES:
+        raise ValueError(
+            f"driver branch {driver_branch!r} has no Xid catalog here: use one of "
+            f"{', '.join(map(str, DRIVER_BRANCHES))} (the stack's driver branch)"
+        )
+    return int(driver_branch)
+
+
+def xid_catalog(driver_branch: int = DEFAULT_DRIVER_BRANCH) -> dict[int, str]:
+    """Xid code -> class (fatal, gsp, recovery, application) of a driver branch; a code not listed is "other"."""
+    catalog = {code: "application" for code in APPLICATION_XIDS}
+    catalog.update({code: "fatal" for code in FATAL_XIDS_535})
+    if _branch(driver_branch) >= 580:
+        catalog.update({code: "gsp" for code in GSP_XIDS_580})
+        catalog.update({code: "recovery" for code in RECOVERY_XIDS_580})
+    return catalog
+
+
+def xid_class(code: int, driver_branch: int = DEFAULT_DRIVER_BRANCH) -> str:
+    """The class of one Xid code on a driver branch (XID_CLASSES)."""
+    return xid_catalog(driver_branch).get(int(code), "other")
+
+
+def fatal_xids(driver_branch: int = DEFAULT_DRIVER_BRANCH) -> tuple[int, ...]:
+    """The codes that take a box out of the fleet on a branch: fatal, and on 580 also gsp and recovery."""
+    return tuple(sorted(c for c, kind in xid_catalog(driver_branch).items() if kind in ("fatal", "gsp", "recovery")))
+
+
 # `NVRM: Xid (PCI:0000:01:00): 79, pid=1234, name=python3, GPU has fallen off the bus.`; older drivers print the
 # bus without `PCI:` (`NVRM: Xid (0000:01:00): 3, C 00000005 ...`). Sources in tests/unit/test_gpu_metrics.py.
 XID_LINE = re.compile(
@@ -269,6 +324,7 @@ def render(
     memory_share: float | None = None,
     p2p_enabled: bool | None = None,
     kernel_log: KernelLog | None = None,
+    driver_branch: int = DEFAULT_DRIVER_BRANCH,
 ) -> str:
     """The textfile: per GPU gauges (labels gpu, uuid, name, bus_id), per box counts, Xids and the collector state.
 
@@ -276,9 +332,11 @@ def render(
     nvidia-smi gave no rows ('' when it did); ``now``: the collection time (seconds since the epoch);
     ``memory_share``: the fraction of each GPU's memory vLLM is planned to take (gpubox_gpu_memory_utilization),
     left out when None; ``p2p_enabled``: the last GPU check's peer-to-peer verdict, left out when unknown;
-    ``kernel_log``: whether the Xid counts could be read at all (left out when None: nobody looked).
+    ``kernel_log``: whether the Xid counts could be read at all (left out when None: nobody looked);
+    ``driver_branch``: the driver branch whose Xid catalog classes the events (xid_class).
     """
     fatal = sorted({int(c) for c in fatal_xids})
+    catalog = xid_catalog(driver_branch)
     series: dict[str, list[str]] = {}
     helps: dict[str, tuple[str, str]] = {}
 
@@ -339,6 +397,14 @@ def render(
     for bus, when in sorted(last.items()):
         put("xid_last_timestamp_seconds", {"bus": bus}, when, "time of the last Xid event of this boot")
     put("xid_events", {}, sum(counts.values()), "Xid events of this boot, every code (0: none)")
+    by_class = dict.fromkeys(XID_CLASSES, 0)
+    for (_bus, code), count in counts.items():
+        by_class[catalog.get(code, "other")] += count
+    for kind, count in by_class.items():
+        put(
+            "xid_class_events", {"class": kind, "branch": int(driver_branch)}, count,
+            "Xid events of this boot by the class NVIDIA's catalog for the driver branch gives them",
+        )  # fmt: skip
     fatal_seen = sum(n for (_bus, code), n in counts.items() if code in fatal)
     put("fatal_xid_events", {}, fatal_seen, f"Xid events of a fatal code ({', '.join(map(str, fatal))}) this boot")
     if kernel_log is not None:

@@ -21,7 +21,7 @@ import math
 import posixpath
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
@@ -31,6 +31,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     model_catalog,
     net_checks,
     stacks,
+    tenants,
     value_text,
     vllm_words,
 )
@@ -298,6 +299,17 @@ def _api_key(name: str, value: Any) -> str:
     return value
 
 
+def _tenants(name: str, value: Any) -> list[dict[str, Any]]:
+    """The tenants as listed (keys included); [] stays [] (the default tenant is gpubox_api_key's, added by
+    :func:`tenant_list`). Whether gpubox_api_key is one of their keys is a cross-check."""
+    if isinstance(value, (list, tuple)) and not value:
+        return []
+    try:
+        return [asdict(t) for t in tenants.parse(value, None, name)]
+    except tenants.TenantError as exc:
+        raise _Bad("\n".join(exc.problems)) from None
+
+
 def _model_config(name: str, value: Any) -> dict[str, Any]:
     if not isinstance(value, Mapping):
         raise _Bad(f"{name} must be a mapping of config.json facts (or null for a catalog model), got {_short(value)}")
@@ -487,6 +499,7 @@ _CHECKERS: dict[str, Callable[[str, Any], Any]] = {
     "served_name": _served_name,
     "extra_args": _extra_args,
     "api_key": _api_key,
+    "tenants": _tenants,  # plugins/module_utils/tenants.py: names, keys (secrets) and limits
     "model_root": _abs_dir("the model store", "/data/models"),
     "env_prefix": _abs_dir("the Python environment", "/opt/gpubox/venv"),
     "networks": _networks,
@@ -551,6 +564,7 @@ class State:
         out["gpubox_model_name"] = self.model_name
         out["gpubox_model_dir"] = self.model_dir
         out["gpubox_fleet_cache"] = fleet_cache_endpoints(self.values.get("gpubox_fleet_cache_url"))
+        out["gpubox_tenant_limits"] = tenant_limits(self.values)
         # What the roles read of the stack (driver, CUDA, Python, pin files, engine); None when the name is wrong.
         stack = self.values.get("gpubox_stack")
         out["gpubox_stack_info"] = stacks.info(stack) if stack in stacks.STACKS else None
@@ -602,6 +616,24 @@ def stack_quantization_problem(quantization: Any, stack: Any) -> str | None:
     )
 
 
+def tenant_list(values: Mapping[str, Any]) -> list[tenants.Tenant]:
+    """The tenants the front door serves, keys included, from checked values (the default tenant when
+    gpubox_tenants is []); [] when they cannot be read (validate() says why)."""
+    listed, key = values.get("gpubox_tenants"), values.get("gpubox_api_key")
+    try:
+        if isinstance(listed, list) and listed:
+            return [tenants.Tenant(**{**t, "keys": tuple(t["keys"])}) for t in listed]
+        return tenants.parse([], key)
+    except (tenants.TenantError, TypeError, KeyError):
+        return []
+
+
+def tenant_limits(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tenants without their keys (name, limits, key_count): what tasks, facts and public files may hold.
+    The default tenant's limits when the tenants cannot be read (validate() refuses the state then)."""
+    return tenants.public(tenant_list(values)) or tenants.default_public()
+
+
 def _cross_checks(state: State) -> None:
     v = state.values
     stack = v.get("gpubox_stack")
@@ -634,6 +666,18 @@ def _cross_checks(state: State) -> None:
             f"gpubox_front_door_port and gpubox_port are both {door}: nginx and vLLM cannot share a port; "
             "give the front door its own (e.g. 443)"
         )
+    listed = v.get("gpubox_tenants")
+    if isinstance(listed, list) and listed:
+        if v.get("gpubox_front_door_enabled") is False:
+            state.errors.append(
+                "gpubox_tenants lists tenants but gpubox_front_door_enabled is false: vLLM 0.7.3 accepts one key and "
+                "no limits, the front door is what tells tenants apart. Set gpubox_front_door_enabled true, or "
+                "gpubox_tenants [] (one key, gpubox_api_key)"
+            )
+        served = tenant_list(v)  # [] when the list itself was refused (that error is reported already)
+        problem = tenants.api_key_problem(served, v.get("gpubox_api_key")) if served else None
+        if problem:
+            state.errors.append(problem)
     root, prefix = v.get("gpubox_model_root"), v.get("gpubox_env_prefix")
     if (
         isinstance(root, str)
@@ -660,6 +704,6 @@ def validate(values: Mapping[str, Any]) -> State:
         value, error = check(name, raw)
         state.values[name] = value
         if error:
-            state.errors.append(error)
+            state.errors.extend(error.split("\n"))  # a list fact (gpubox_tenants) may have several problems
     _cross_checks(state)
     return state

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import socket
 import ssl
 import subprocess
@@ -23,6 +24,9 @@ import ansible_vars
 ROOT = Path(__file__).resolve().parents[2]
 GATEWAY = "127.0.0.1"
 GATEWAY_KEY = "live-gateway-key-0123456789"
+# vLLM's own key, for a test that tells it from the tenants' keys (start_front_door(engine_key=ENGINE_KEY)).
+ENGINE_KEY = "live-engine-key-only-the-front-door-holds"
+ENGINE_KEY_TOOL = ROOT / "roles" / "front_door" / "files" / "gpubox-engine-key"
 STANDIN = ROOT / "molecule" / "shared" / "engine_standin" / "standin.py"
 
 
@@ -78,16 +82,18 @@ def unverified_tls() -> ssl.SSLContext:
 
 
 def start_standin(
-    ttft_ms: float, itl_ms: float, box_name: str = "", health_delay_ms: float = 0
+    ttft_ms: float, itl_ms: float, box_name: str = "", health_delay_ms: float = 0, key: str = GATEWAY_KEY
 ) -> tuple[subprocess.Popen, int]:
-    """The engine stand-in (TEST ONLY, molecule/shared/engine_standin) on a free loopback port, keyed GATEWAY_KEY;
+    """The engine stand-in (TEST ONLY, molecule/shared/engine_standin) on a free loopback port, keyed ``key`` (the
+    key a front door started with the same engine key sends it; GATEWAY_KEY, also the default tenant's key, so
+    that a load may go to it directly or through the front door);
     ``box_name``: its x-gpubox-standin-host header (the hostname when empty); ``health_delay_ms``: how late it
     answers /health."""
     port = free_port()
     argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
     argv += ["--box-name", box_name] if box_name else []
     argv += ["--health-delay-ms", str(health_delay_ms)] if health_delay_ms else []
-    env = dict(os.environ, VLLM_API_KEY=GATEWAY_KEY)
+    env = dict(os.environ, VLLM_API_KEY=key)
     proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_for(port, proc, "the engine stand-in")
@@ -104,6 +110,50 @@ def nginx_binary() -> str:
     return nginx
 
 
+def render_front_door(tmp: Path, engine: int, port: int, knobs: dict, engine_key: str = GATEWAY_KEY) -> dict[str, str]:
+    """The front door's files as the role renders them into ``tmp`` (``knobs`` over the role's defaults; the default
+    tenant's key is GATEWAY_KEY): {"conf": the public file, "tenants": the root-only key map}. The engine's key
+    include is written by the role's own tool (files/gpubox-engine-key) from tmp/engine.key (``engine_key`` unless
+    a key file is there already; GATEWAY_KEY by default, the stand-in's key)."""
+    cert, key = tmp / "tls.crt", tmp / "tls.key"
+    values = {
+        "gpubox_front_door_port": port,
+        "gpubox_port": engine,
+        "vault_gpubox_api_key": GATEWAY_KEY,
+        "front_door_ipv6": False,
+        "front_door_gateway_networks": [f"{GATEWAY}/32"],
+        "__front_door_cert": str(cert),
+        "__front_door_key": str(key),
+        "__front_door_access_log": str(tmp / "access.log"),
+        "__front_door_tenants_conf": str(tmp / "tenants.conf"),
+        "__front_door_engine_conf": str(tmp / "engine-key.conf"),
+        **knobs,
+    }
+    out = {
+        name: render("unit-front-door-live", "front_door", template, ("gpubox", "front_door"), ("gpu_2x3090",), values)
+        for name, template in (("conf", "gpubox-front-door.conf.j2"), ("tenants", "gpubox-tenants.conf.j2"))
+    }
+    if not (tmp / "engine.key").exists():
+        (tmp / "engine.key").write_text(engine_key + "\n")
+    tool = [sys.executable, str(ENGINE_KEY_TOOL), str(tmp / "engine.key"), str(tmp / "engine-key.conf")]
+    subprocess.run(tool, check=True, capture_output=True)
+    return out
+
+
+def write_front_door(
+    tmp: Path,
+    engine: int,
+    port: int,
+    knobs: dict,
+    edit: Callable[[str], str] | None = None,
+    engine_key: str = GATEWAY_KEY,
+) -> None:
+    """(Re)write the rendered front door files in ``tmp`` (a reload then reads them)."""
+    files = render_front_door(tmp, engine, port, knobs, engine_key)
+    (tmp / "tenants.conf").write_text(files["tenants"])
+    (tmp / "front-door.conf").write_text(edit(files["conf"]) if edit else files["conf"])
+
+
 def start_front_door(
     tmp: Path,
     engine: int,
@@ -111,35 +161,19 @@ def start_front_door(
     worker_connections: int | None = None,
     edit: Callable[[str], str] | None = None,
     name: str = "localhost",
+    engine_key: str = GATEWAY_KEY,
 ) -> tuple[subprocess.Popen, int]:
-    """nginx with the rendered front door file (``knobs`` over the role's defaults), listening on loopback.
+    """nginx with the rendered front door files (``knobs`` over the role's defaults), listening on loopback.
     ``worker_connections``: nginx's events setting (its default, 512, holds 255 proxied streams); ``edit``: a
     change to the rendered file, for a test that shows what the file's own setting prevents; ``name``: the
-    box's name in its certificate (tmp/tls.crt), which the gateway checks."""
+    box's name in its certificate (tmp/tls.crt), which the gateway checks. The port is in tmp/port; a reload:
+    write_front_door() again, then reload(proc)."""
     nginx = nginx_binary()
     tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
-    cert, key = self_signed(tmp, name)
+    self_signed(tmp, name)
     port = free_port()
-    keys = render(
-        "unit-front-door-keys", "front_door", "gpubox-front-door-keys.conf.j2", ("gpubox", "front_door"),
-        ("gpu_2x3090",), {"gpubox_api_key": knobs.get("gpubox_api_key", GATEWAY_KEY)},
-    )  # fmt: skip
-    (tmp / "keys.conf").write_text(keys)
-    conf = render(
-        "unit-front-door-live", "front_door", "gpubox-front-door.conf.j2", ("gpubox", "front_door"), ("gpu_2x3090",),
-        {
-            "gpubox_front_door_port": port,
-            "__front_door_keys_conf": str(tmp / "keys.conf"),
-            "gpubox_port": engine,
-            "front_door_ipv6": False,
-            "front_door_gateway_networks": [f"{GATEWAY}/32"],
-            "__front_door_cert": str(cert),
-            "__front_door_key": str(key),
-            "__front_door_access_log": str(tmp / "access.log"),
-            **knobs,
-        },
-    )  # fmt: skip
-    (tmp / "front-door.conf").write_text(edit(conf) if edit else conf)
+    (tmp / "port").write_text(str(port))
+    write_front_door(tmp, engine, port, knobs, edit, engine_key)
     temp_paths = "".join(
         f"    {kind}_temp_path {tmp}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
@@ -155,6 +189,15 @@ def start_front_door(
         stop(proc)
         raise
     return proc, port
+
+
+def reload(proc: subprocess.Popen, tmp: Path) -> None:
+    """nginx's reload (SIGHUP to the master, as `systemctl reload nginx` sends), after `nginx -t` passes."""
+    check = subprocess.run(
+        [nginx_binary(), "-t", "-q", "-p", str(tmp), "-c", str(tmp / "nginx.conf")], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    proc.send_signal(signal.SIGHUP)
 
 
 def stop(proc: subprocess.Popen) -> None:
@@ -193,9 +236,11 @@ def start_gateway(
     knobs: dict,
     log: Path | None = None,
     boxes: list[tuple[str, int, Path]] | None = None,
+    keys: list[str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
-    ``boxes`` (name, front door port, certificate) when given.
+    ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts (its pattern file;
+    [GATEWAY_KEY] when not given).
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
     haproxy = haproxy_binary()
@@ -203,7 +248,7 @@ def start_gateway(
     cert, key = self_signed(tmp)
     (tmp / "tls.pem").write_bytes(cert.read_bytes())
     (tmp / "tls.pem.key").write_bytes(key.read_bytes())
-    (tmp / "keys.lst").write_text(GATEWAY_KEY + "\n")
+    (tmp / "keys.lst").write_text("".join(key + "\n" for key in keys or [GATEWAY_KEY]))
     boxes = boxes or [("localhost", box_port, box_cert)]
     for name, _, crt in boxes:
         (tmp / f"{name}.crt").write_bytes(crt.read_bytes())

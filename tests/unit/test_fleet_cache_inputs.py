@@ -28,6 +28,13 @@ PLAYBOOK = """
     - ansible.builtin.include_role:
         name: fleet_cache
         tasks_from: validate
+        public: true
+    - name: probe
+      ansible.builtin.debug:
+        msg:
+          clients: "{{ __fleet_cache_clients }}"
+          pins: "{{ __fleet_cache_pins }}"
+      when: inventory_hostname == 'good'
 - hosts: purge_cases
   gather_facts: false
   tasks:
@@ -51,7 +58,21 @@ CASES: dict[str, tuple[dict[str, Any], str | None]] = {
         "fleet_cache_allowed_networks[0] is '10.1.2.3/8', which has host bits set: write 10.0.0.0/8",
     ),
     "not-cidr": ({"fleet_cache_allowed_networks": ["lan"]}, "fleet_cache_allowed_networks[0] is 'lan', not a network"),
-    "empty": ({"fleet_cache_allowed_networks": []}, "fleet_cache_allowed_networks is empty: no box could use"),
+    # The default: the boxes of gpu_boxes only (b1 and b2 below), no other network.
+    "empty": ({"fleet_cache_allowed_networks": []}, None),
+    "slash-zero": (
+        {"fleet_cache_allowed_networks": ["10.231.94.0/24", "0.0.0.0/0"]},
+        "fleet_cache_allowed_networks[1] is 0.0.0.0/0, which admits every address: the cache would be an open proxy",
+    ),
+    "v6-zero": (
+        {"fleet_cache_allowed_networks": ["::/0"]},
+        "fleet_cache_allowed_networks[0] is ::/0, which admits every",
+    ),
+    "public-half": (
+        {"fleet_cache_allowed_networks": ["0.0.0.0/1"]},
+        "fleet_cache_allowed_networks[0] is 0.0.0.0/1, which admits public addresses too",
+    ),
+    "not-a-list": ({"fleet_cache_allowed_networks": "10.0.0.0/8"}, "fleet_cache_allowed_networks must be a list"),
     "redirect-url": (
         {"fleet_cache_model_redirect_hosts": ["http://storage.example.com"]},
         "fleet_cache_model_redirect_hosts must list host names",
@@ -72,7 +93,15 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     tmp = tmp_path_factory.mktemp("fleet-cache-inputs")
     hosts = {name: {"ansible_connection": "local", **hostvars} for name, (hostvars, _) in CASES.items()}
     purge = {name: {"ansible_connection": "local", **hostvars} for name, (hostvars, _) in PURGE_CASES.items()}
-    groups = {"fleet_cache": {"hosts": hosts}, "purge_cases": {"hosts": purge}, "gpu_boxes": {"hosts": {"b1": {}}}}
+    # The boxes: b1's inventory gives its address; b2 is reached on loopback (as molecule's boxes are), so its
+    # facts' default IPv4 counts, gathered by the role (b2 is this machine); b2 uses a lock file of its own.
+    (tmp / "b2.lock.json").write_text(json.dumps(B2_LOCK))
+    boxes = {
+        "b1": {"ansible_host": "10.0.0.11"},
+        "b2": {"ansible_host": "127.0.0.1", "ansible_connection": "local", "ansible_python_interpreter": sys.executable,
+               "gpubox_model_lock_file": str(tmp / "b2.lock.json")},
+    }  # fmt: skip
+    groups = {"fleet_cache": {"hosts": hosts}, "purge_cases": {"hosts": purge}, "gpu_boxes": {"hosts": boxes}}
     inventory = {"all": {"children": groups}}
     (tmp / "hosts.json").write_text(json.dumps(inventory))
     (tmp / "play.yml").write_text(PLAYBOOK)
@@ -86,11 +115,44 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
     for play in report["plays"]:
         for task in play["tasks"]:
             for host, result in task["hosts"].items():
+                if task["task"]["name"] == "probe" and not result.get("skipped"):
+                    out["probe"] = result
                 if result.get("failed"):
                     out[host] = result
                 else:
                     out.setdefault(host, result)
     return out
+
+
+B2_COMMIT = "0123456789abcdef" * 2 + "01234567"
+B2_LOCK = {
+    "schema": 1,
+    "models": {
+        "gpubox-test/tiny@master": {"commit": B2_COMMIT, "endpoint": "https://hub.example", "content_sha256": "b" * 64,
+                                    "files": 4, "total_bytes": 5000},
+    },
+}  # fmt: skip
+
+
+def test_the_default_admits_the_boxes_as_the_inventory_and_their_facts_know_them(
+    results: dict[str, dict[str, Any]],
+) -> None:
+    """b1 by its ansible_host; b2, reached on loopback, by the default IPv4 the role read from its facts."""
+    clients = results["probe"]["msg"]["clients"]
+    assert clients["errors"] == []
+    assert clients["boxes"]["b1"] == ["10.0.0.11/32"]
+    b2 = clients["boxes"]["b2"]  # its default IPv4, and its default IPv6 where it has one
+    assert 1 <= len(b2) <= 2 and b2[0].endswith("/32") and not b2[0].startswith("127."), b2
+    assert all(not net.startswith(("127.", "::1/")) for net in b2), "loopback is the connection, not the box"
+    assert clients["networks"] == ["10.0.0.11/32", *b2]
+
+
+def test_the_lock_a_box_uses_pins_its_commit_at_the_cache(results: dict[str, dict[str, Any]]) -> None:
+    pins = results["probe"]["msg"]["pins"]
+    assert pins["errors"] == [] and pins["unsized"] == []
+    (zone,) = pins["zones"]
+    assert (zone["model"], zone["commit"], zone["files"], zone["bytes"]) == ("gpubox-test/tiny", B2_COMMIT, 4, 5000)
+    assert zone["max_size"] == 5000 + 5 * 1024 * 1024
 
 
 @pytest.mark.parametrize("case", sorted(CASES))
@@ -112,16 +174,26 @@ def test_a_purge_of_a_name_that_is_not_owner_name_is_refused(results: dict[str, 
     assert "Nothing was changed." in result["msg"]
 
 
-def _wrap_line(networks: list[str]) -> str:
+def _wrap_line(networks: list[str], boxes: tuple[str, ...] = ()) -> str:
+    """libwrap's line as vars/main.yml renders it, for boxes (their ansible_host) and the operator's networks."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import fleet_cache_access as access
+
+    clients = access.clients([access.BoxSeen(f"b{i}", ansible_host=a) for i, a in enumerate(boxes)], networks)
+    assert clients["errors"] == []
     return ansible_vars.render(
         "unit-fleet-cache", "__fleet_cache_wrap_allow", roles=("fleet_cache",),
-        extra_vars={"fleet_cache_allowed_networks": networks},
+        extra_vars={"__fleet_cache_clients": clients},
     )  # fmt: skip
 
 
 def test_apt_cacher_ngs_libwrap_line_lists_loopback_and_the_networks() -> None:
-    line = _wrap_line(["10.231.94.0/24", "192.168.7.7/32", "2001:db8::/48"])
-    assert line == "apt-cacher-ng: 127.0.0.1 [::1] 10.231.94.0/24 192.168.7.7/32 [2001:db8::]/48"
+    line = _wrap_line(["10.231.94.0/24", "2001:db8::/48"], boxes=("192.168.7.7",))
+    assert line == "apt-cacher-ng: 127.0.0.1 [::1] 192.168.7.7/32 10.231.94.0/24 [2001:db8::]/48"
+    # The default: the boxes alone.
+    assert (
+        _wrap_line([], boxes=("10.231.94.11", "10.231.94.12"))
+        == "apt-cacher-ng: 127.0.0.1 [::1] 10.231.94.11/32 10.231.94.12/32"
+    )
 
 
 @pytest.mark.skipif(shutil.which("tcpdmatch") is None, reason="tcpdmatch (package tcpd) is not installed")
@@ -139,7 +211,23 @@ def test_apt_cacher_ngs_libwrap_line_lists_loopback_and_the_networks() -> None:
 )
 def test_libwrap_grants_exactly_the_allowed_networks(tmp_path: Path, client: str, verdict: str) -> None:
     """The real libwrap matcher (tcpdmatch -d reads hosts.allow/hosts.deny from the current directory)."""
-    (tmp_path / "hosts.allow").write_text(_wrap_line(["10.231.94.0/24", "192.168.7.7/32", "2001:db8::/48"]) + "\n")
+    line = _wrap_line(["10.231.94.0/24", "2001:db8::/48"], boxes=("192.168.7.7",))
+    (tmp_path / "hosts.allow").write_text(line + "\n")
+    (tmp_path / "hosts.deny").write_text("apt-cacher-ng: ALL\n")
+    done = subprocess.run(
+        ["tcpdmatch", "-d", "apt-cacher-ng", client], cwd=tmp_path, capture_output=True, text=True, check=False
+    )
+    assert f"access:   {verdict}" in done.stdout, done.stdout + done.stderr
+
+
+@pytest.mark.skipif(shutil.which("tcpdmatch") is None, reason="tcpdmatch (package tcpd) is not installed")
+@pytest.mark.parametrize(
+    ("client", "verdict"),
+    [("10.231.94.11", "granted"), ("10.231.94.12", "granted"), ("10.231.94.99", "denied"), ("192.168.1.5", "denied")],
+)
+def test_by_default_libwrap_grants_the_boxes_only(tmp_path: Path, client: str, verdict: str) -> None:
+    """The default (no fleet_cache_allowed_networks): apt-cacher-ng serves the boxes, no other LAN host."""
+    (tmp_path / "hosts.allow").write_text(_wrap_line([], boxes=("10.231.94.11", "10.231.94.12")) + "\n")
     (tmp_path / "hosts.deny").write_text("apt-cacher-ng: ALL\n")
     done = subprocess.run(
         ["tcpdmatch", "-d", "apt-cacher-ng", client], cwd=tmp_path, capture_output=True, text=True, check=False

@@ -4,14 +4,18 @@ No mocks: the rendered conf.d file (roles/fleet_cache/templates/gpubox-fleet-cac
 included in a minimal main configuration (as files/nginx-check does for `nginx -t`), nginx serves it
 on 127.0.0.1, and a tiny Python hub (http.server on 127.0.0.1) answers what each test sets up. The
 one change to the rendered text: `listen PORT;` becomes `listen 127.0.0.1:PORT;` (the test binds
-loopback only). A client outside fleet_cache_allowed_networks is a socket bound to 127.0.0.2 before
-it connects; one inside binds 127.0.0.3 (listed in the allow-list here).
+loopback only); realip in the main configuration lets a request from 127.0.0.5 carry a LAN address
+(X-Forwarded-For: 10.x), as if that host had sent it. A box of gpu_boxes is a socket bound to 127.0.0.3
+(its facts' default IPv4 here) or the LAN address 10.231.94.11 (its ansible_host); a host that is not a
+box binds 127.0.0.2 or carries another 10.x address.
 
 Skipped when no nginx binary is installed (apt-get install nginx: Debian's archive).
 """
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import http.client
 import http.server
 import json
@@ -39,8 +43,15 @@ HOST = "unit-fleet-cache"
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if Path("/usr/sbin/nginx").exists() else None)
 COMMIT = "0123456789abcdef" * 2 + "01234567"  # a commit id: 40 lower-case hex digits
 BODY = b"0123456789" * 100  # a model file of 1000 bytes
-ALLOWED_CLIENT = "127.0.0.3"
+# Source addresses on loopback (every 127/8 address is one on Linux): a box of gpu_boxes, a host that is not one.
+BOX_CLIENT = "127.0.0.3"
 OUTSIDE_CLIENT = "127.0.0.2"
+ALLOWED_CLIENT = BOX_CLIENT  # the default source of the tests' requests
+# A LAN as nginx sees it: a request from LAN_GATE with X-Forwarded-For: A is from A (realip in the test's main
+# configuration, not in the rendered file). BOX_LAN is box2's address, LAN_OTHER another private address.
+LAN_GATE = "127.0.0.5"
+BOX_LAN = "10.231.94.11"
+LAN_OTHER = "10.231.94.99"
 
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install -y nginx)")
 
@@ -143,6 +154,7 @@ class Cache:
     hub: Hub
     root: Path
     tls_port: int = 0
+    conf: str = ""
 
     def get(
         self, path: str, source: str = ALLOWED_CLIENT, headers: dict[str, str] | None = None, tls: bool = False
@@ -179,12 +191,32 @@ class Cache:
         return [json.loads(line) for line in (self.root / "access.log").read_text().splitlines() if line.strip()]
 
 
-@pytest.fixture(scope="module")
-def cache() -> Iterator[Cache]:
+def box_clients(extra: list[str] | None = None) -> dict[str, Any]:
+    """Who may use the test's cache, as the role computes it: two boxes of gpu_boxes and no other network.
+    box1's ansible_host is loopback (a forwarded port, as in molecule), so its facts' default IPv4 counts:
+    BOX_CLIENT, a real source address on loopback. box2 is BOX_LAN (10.231.94.11, its ansible_host), which
+    the test's nginx sees through realip (LAN_GATE below)."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import fleet_cache_access as access
+
+    boxes = [
+        access.BoxSeen("box1", ansible_host="127.0.0.1", default_ipv4=BOX_CLIENT),
+        access.BoxSeen("box2", ansible_host=BOX_LAN),
+    ]
+    clients = access.clients(boxes, extra or [])
+    assert clients["errors"] == [] and clients["boxes"] == {"box1": [f"{BOX_CLIENT}/32"], "box2": [f"{BOX_LAN}/32"]}
+    return clients
+
+
+@contextlib.contextmanager
+def running_cache(prefix: str, overrides: dict[str, Any]) -> Iterator[Cache]:
+    """The rendered conf.d file, with ``overrides`` over the role's variables, served by a real nginx on
+    loopback in front of a tiny hub of its own. Two test-only lines wrap it in the main configuration:
+    the listen address (loopback only) and realip, so that a request from LAN_GATE carrying
+    X-Forwarded-For: ADDRESS is one from ADDRESS (a LAN host) for everything in the rendered file."""
     # Not under pytest's tmp_path (0700 when the test runs as root): nginx's workers run as nobody then.
-    root = Path(tempfile.mkdtemp(prefix="gpubox-fleet-cache-nginx."))
+    root = Path(tempfile.mkdtemp(prefix=prefix))
     os.chmod(root, 0o755)
-    for sub in ("models", "temp"):
+    for sub in ("models", "pinned", "temp"):
         (root / sub).mkdir()
         os.chmod(root / sub, 0o777)  # nginx's workers (nobody when the test runs as root) write here
     # A certificate for 127.0.0.1, as the inventory would give one (fleet_cache_tls_certificate).
@@ -204,15 +236,20 @@ def cache() -> Iterator[Cache]:
             "fleet_cache_port": port,
             "fleet_cache_model_upstream": f"http://127.0.0.1:{hub.port}",
             "fleet_cache_model_redirect_hosts": ["storage.example.com"],
-            "fleet_cache_allowed_networks": [f"{ALLOWED_CLIENT}/32", "10.0.0.0/8"],
+            "__fleet_cache_clients": box_clients(),
+            # The lock files the boxes use (vars/main.yml reads them from hostvars, which this templar lacks;
+            # test_fleet_cache_inputs.py runs that part in a real play).
+            "__fleet_cache_lock_files": [],
             "fleet_cache_resolver": "127.0.0.1",
             "__fleet_cache_model_dir": str(root / "models"),
+            "__fleet_cache_pinned_dir": str(root / "pinned"),
             "__fleet_cache_nginx_log": str(root / "access.log"),
             "fleet_cache_tls_port": tls_port,
             "fleet_cache_tls_certificate": (root / "cert.pem").read_text(),
             "fleet_cache_tls_private_key": (root / "key.pem").read_text(),
             "__fleet_cache_tls_cert": str(root / "cert.pem"),
             "__fleet_cache_tls_key": str(root / "key.pem"),
+            **overrides,
         },
     )
     assert f"listen {tls_port} ssl;" in conf
@@ -230,6 +267,7 @@ def cache() -> Iterator[Cache]:
         "    include /etc/nginx/mime.types;\n"
         f"    client_body_temp_path {temp}/body;\n    proxy_temp_path {temp}/proxy;\n"
         f"    fastcgi_temp_path {temp}/fastcgi;\n    uwsgi_temp_path {temp}/uwsgi;\n    scgi_temp_path {temp}/scgi;\n"
+        f"    set_real_ip_from {LAN_GATE}/32;\n    real_ip_header X-Forwarded-For;\n"
         f"    include {root}/gpubox-fleet-cache.conf;\n"
         "}\n"
     )
@@ -251,7 +289,7 @@ def cache() -> Iterator[Cache]:
                 assert proc.poll() is None, proc.stderr.read().decode() if proc.stderr else "nginx exited"
                 assert time.monotonic() < deadline, "nginx did not listen within 10 s"
                 time.sleep(0.05)
-        yield Cache(port=port, hub=hub, root=root, tls_port=tls_port)
+        yield Cache(port=port, hub=hub, root=root, tls_port=tls_port, conf=conf)
     finally:
         os.killpg(proc.pid, signal.SIGTERM)  # nginx's master and its workers (their own session)
         try:
@@ -262,6 +300,13 @@ def cache() -> Iterator[Cache]:
         server.shutdown()
         server.server_close()
         shutil.rmtree(root, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cache() -> Iterator[Cache]:
+    """The cache as the role's defaults render it: the boxes of gpu_boxes only, no other network."""
+    with running_cache("gpubox-fleet-cache-nginx.", {}) as running:
+        yield running
 
 
 def wait_for_cache_files(cache: Cache, at_least: int) -> None:
@@ -431,9 +476,140 @@ def test_a_client_outside_the_allowed_networks_gets_403(cache: Cache, path: str)
     assert cache.get("/_fleet_cache/health", source="127.0.0.1")[0] == 200  # the role's own check
 
 
+def lan_get(cache: Cache, path: str, address: str) -> tuple[int, Any, bytes]:
+    """A request from the LAN host ``address`` (nginx sees it through realip, LAN_GATE)."""
+    return cache.get(path, source=LAN_GATE, headers={"X-Forwarded-For": address})
+
+
+def test_by_default_a_box_is_admitted_and_another_lan_host_is_refused(cache: Cache) -> None:
+    """The default (fleet_cache_allowed_networks empty): the boxes of gpu_boxes, nothing else of the LAN.
+    The old default (every RFC 1918 network) admitted LAN_OTHER: test_an_operators_network_... is that control."""
+    cache.hub.answer("/api/v1/models/gpubox-test/tiny/repo", "status", 200, BODY)
+    url = cache.file("lan.bin")
+    box = lan_get(cache, url, BOX_LAN)
+    assert box[0] == 200 and box[2] == BODY
+    seen = len(cache.hub.seen)
+    for address in (LAN_OTHER, "192.168.1.20", "172.16.0.9"):
+        status, _, body = lan_get(cache, url, address)
+        assert status == 403, (address, body)
+        assert f"{address} is not a box of gpu_boxes nor in fleet_cache_allowed_networks" in body.decode()
+    assert len(cache.hub.seen) == seen, "a refused client's request never reaches the hub"
+    # The realip gate itself is not a client the cache admits, and 127.0.0.2 (no box) is refused too.
+    assert cache.get(url, source=LAN_GATE)[0] == 403
+    assert cache.get(url, source=OUTSIDE_CLIENT)[0] == 403
+
+
+def test_the_rendered_allow_list_is_exactly_loopback_and_the_boxes(cache: Cache) -> None:
+    lines = [line.split() for line in cache.conf.splitlines()]
+    allowed = sorted(words[1].rstrip(";") for words in lines if words[:1] == ["allow"])
+    assert allowed == sorted(["127.0.0.1", "::1", f"{BOX_CLIENT}/32", f"{BOX_LAN}/32"])
+    assert "10.0.0.0/8" not in cache.conf and "192.168.0.0/16" not in cache.conf
+
+
 def test_the_log_names_each_client(cache: Cache) -> None:
     clients = {entry["client"] for entry in cache.log()}
     assert {ALLOWED_CLIENT, OUTSIDE_CLIENT} <= clients
+
+
+# --------------------------------------------------------------------------- pinned models
+
+# The model lock of the bounded cache below: one pinned commit of gpubox-test/pinned (3 files).
+PINNED_LOCK = {
+    "schema": 1,
+    "models": {
+        "gpubox-test/pinned@master": {"commit": COMMIT, "endpoint": "https://hub.example", "content_sha256": "a" * 64,
+                                      "files": 3, "total_bytes": 3 * len(BODY)},
+    },
+}  # fmt: skip
+SHARED_BOUND = 64 * 1024  # fleet_cache_model_cache_size of the bounded cache: 64k
+FILLER = b"f" * (16 * 1024)
+
+
+@pytest.fixture(scope="module")
+def bounded() -> Iterator[Cache]:
+    """A cache whose shared zone holds 64 KiB, with the lock above beside its inventory, and the old default
+    (every private network) given on purpose as fleet_cache_allowed_networks."""
+    lock_dir = Path(tempfile.mkdtemp(prefix="gpubox-fleet-cache-lock."))
+    try:
+        (lock_dir / "models.lock.json").write_text(json.dumps(PINNED_LOCK))
+        overrides = {
+            "fleet_cache_model_cache_size": "64k",
+            "__fleet_cache_lock_files": [str(lock_dir / "models.lock.json")],
+            "__fleet_cache_clients": box_clients(["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "fc00::/7"]),
+        }
+        with running_cache("gpubox-fleet-cache-bounded.", overrides) as running:
+            yield running
+    finally:
+        shutil.rmtree(lock_dir, ignore_errors=True)
+
+
+def stored_path(cache: Cache, zone_dir: Path, url: str) -> Path:
+    """Where nginx keeps the answer to ``url`` in a zone (levels=1:2: the md5 of the key, its last 3 digits)."""
+    path, query = url.split("?", 1)
+    args = dict(pair.split("=", 1) for pair in query.split("&"))
+    digest = hashlib.md5(f"{path}|{args['Revision']}|{args['FilePath']}".encode()).hexdigest()
+    return zone_dir / digest[-1] / digest[-3:-1] / digest
+
+
+def is_stored(path: Path) -> bool:
+    """nginx renames a stored answer into place as the response ends: give it a moment."""
+    for _ in range(100):
+        if path.is_file():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def zone_bytes(zone_dir: Path) -> int:
+    return sum(p.stat().st_size for p in zone_dir.rglob("*") if p.is_file())
+
+
+def test_an_operators_network_admits_a_lan_host(bounded: Cache) -> None:
+    """The control of the default's refusal: fleet_cache_allowed_networks given (here the old default, every
+    private network) admits LAN_OTHER, which the default cache refuses."""
+    bounded.hub.answer("/api/v1/models/gpubox-test/tiny/repo", "status", 200, BODY)
+    assert lan_get(bounded, bounded.file("lan.bin"), LAN_OTHER)[0] == 200
+    assert lan_get(bounded, bounded.file("lan.bin"), "203.0.113.7")[0] == 403  # a public address never
+
+
+def test_a_pinned_commit_survives_other_traffic_filling_the_shared_zone(bounded: Cache) -> None:
+    """The lock's commit of gpubox-test/pinned is stored in its own zone; 30 files of 16 KiB of another model
+    fill the shared zone (64 KiB) many times over. The shared zone evicts its oldest file (the control, read
+    before the pinned file and stored the same way), the pinned file stays and is served with no hub request."""
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import fleet_cache_access as access
+
+    zone = bounded.root / "pinned" / access.zone_id("gpubox-test/pinned", COMMIT)
+    assert f"proxy_cache_path {zone} " in bounded.conf
+    bounded.hub.answer("/api/v1/models/gpubox-test/pinned/repo", "status", 200, BODY)
+    bounded.hub.answer("/api/v1/models/gpubox-test/unpinned/repo", "status", 200, BODY)
+    bounded.hub.answer("/api/v1/models/gpubox-test/filler/repo", "status", 200, FILLER)
+    control, kept = bounded.file("w.bin", model="unpinned"), bounded.file("w.bin", model="pinned")
+    for url in (control, kept):
+        assert bounded.get(url)[1]["X-Gpubox-Fleet-Cache"] == "MISS"
+    assert is_stored(stored_path(bounded, bounded.root / "models", control))
+    assert is_stored(stored_path(bounded, zone, kept)), "the pinned commit's file is in its own zone"
+    assert not stored_path(bounded, bounded.root / "models", kept).exists()
+    # Another commit of the pinned model is not the pinned commit: it is stored in the shared zone.
+    other = bounded.file("w.bin", model="pinned", revision="f" * 40)
+    bounded.get(other)
+    assert is_stored(stored_path(bounded, bounded.root / "models", other))
+    assert not stored_path(bounded, zone, other).exists()
+
+    for i in range(30):
+        assert bounded.get(bounded.file(f"fill{i}.bin", model="filler"))[0] == 200
+    deadline = time.monotonic() + 15
+    while stored_path(bounded, bounded.root / "models", control).exists():  # nginx's cache manager evicts
+        size = zone_bytes(bounded.root / "models")
+        assert time.monotonic() < deadline, f"the shared zone was not evicted: {size} bytes"
+        time.sleep(0.1)
+    assert zone_bytes(bounded.root / "models") < 30 * len(FILLER), "the shared zone is bounded"
+    before = len(bounded.hub.seen)
+    status, headers, body = bounded.get(kept)
+    assert (status, headers["X-Gpubox-Fleet-Cache"], body) == (200, "HIT", BODY), "the pinned file was evicted"
+    assert len(bounded.hub.seen) == before
+    assert stored_path(bounded, zone, kept).is_file()
+    again = bounded.get(control)  # the control: evicted, so fetched from the hub again
+    assert again[1]["X-Gpubox-Fleet-Cache"] == "MISS" and len(bounded.hub.seen) == before + 1
 
 
 # --------------------------------------------------------------------------- TLS
@@ -476,6 +652,7 @@ def run_purge_playbook(cache: Cache, model: str | None) -> dict[str, Any]:
     extra = {
         "ansible_become": False,
         "__fleet_cache_model_dir": str(cache.root / "models"),
+        "__fleet_cache_pinned_dir": str(cache.root / "pinned"),
         "__fleet_cache_purge": str(cache.root / "gpubox-fleet-cache-purge"),
         "fleet_cache_purge_model": model or "",
     }

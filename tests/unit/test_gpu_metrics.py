@@ -345,3 +345,55 @@ def test_an_unreadable_kernel_log_makes_the_box_unhealthy_only_after_its_grace(
     both = gpu_metrics.health(_real_rows(), 1, xid, kernel_log=blind, now=now, kernel_log_unhealthy_after=after)
     assert not both.healthy and both.untolerated[0] == "Xid 79 on 0000:4b:00"
     assert both.as_json()["healthy"] is False and both.as_json()["problems"] == both.problems
+
+
+# --- Xid classes per driver branch -------------------------------------------------------------------
+# Lines as public R580-era reports show them: https://github.com/NVIDIA/open-gpu-kernel-modules/issues/1045 (Xid
+# 119 GSP RPC timeout, then 154) and https://forums.developer.nvidia.com/t/364958 (Xid 120 GSP exception, 154).
+R580_LINES = [
+    "NVRM: Xid (PCI:0000:01:00): 119, pid=2171, name=python3, Timeout after 45s of waiting for RPC response "
+    "from GPU0 GSP! Expected function 76 (GSP_RM_CONTROL).",
+    "NVRM: Xid (PCI:0000:01:00): 120, GSP kernel exception: store access page fault (cause:0xf)",
+    "NVRM: Xid (PCI:0000:01:00): 154, GPU recovery action changed from 0x0 (None) to 0x1 (GPU Reset Required)",
+]
+
+
+def test_the_device_plugins_application_errors_are_never_fatal_on_either_branch() -> None:
+    for branch in gpu_metrics.DRIVER_BRANCHES:
+        for code in (13, 31, 43, 45, 68, 109):
+            assert gpu_metrics.xid_class(code, branch) == "application"
+            assert code not in gpu_metrics.fatal_xids(branch)
+
+
+def test_r580_adds_the_gsp_and_recovery_xids_to_the_fatal_set_and_535_does_not() -> None:
+    assert gpu_metrics.fatal_xids(535) == gpu_metrics.FATAL_XIDS == (46, 48, 74, 79, 95)
+    assert gpu_metrics.fatal_xids(580) == (46, 48, 74, 79, 95, 119, 120, 154)
+    assert [gpu_metrics.xid_class(c, 580) for c in (119, 120, 154, 79, 63)] == [
+        "gsp", "gsp", "recovery", "fatal", "other",
+    ]  # fmt: skip
+    assert [gpu_metrics.xid_class(c, 535) for c in (119, 120, 154, 79)] == ["other", "other", "other", "fatal"]
+    assert gpu_metrics.xid_class(119) == "other"  # the default branch is the pinned stack's, 535
+
+
+def test_an_unknown_branch_is_refused_by_name() -> None:
+    for branch in (550, "580", True):
+        with pytest.raises(ValueError, match=r"driver branch .* has no Xid catalog here: use one of 535, 580"):
+            gpu_metrics.xid_catalog(branch)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("branch", "unhealthy"), [(535, []), (580, ["Xid 119 on 0000:01:00", "Xid 120 on 0000:01:00",
+                                                                    "Xid 154 on 0000:01:00"])])  # fmt: skip
+def test_a_gsp_hang_takes_an_r580_box_out_and_is_counted_by_class(branch: int, unhealthy: list[str]) -> None:
+    rows = _real_rows()
+    xids = gpu_metrics.parse_xids([*R580_LINES, XID_LINES["row remapper (63)"]])
+    fatal = gpu_metrics.fatal_xids(branch)
+    assert gpu_metrics.health(rows, 1, xids, fatal_xids=fatal).problems == unhealthy
+    text = gpu_metrics.render(rows, expected=1, xids=xids, fatal_xids=fatal, driver_branch=branch)
+    if branch == 580:
+        assert 'gpubox_gpu_xid_class_events{class="gsp",branch="580"} 2' in text
+        assert 'gpubox_gpu_xid_class_events{class="recovery",branch="580"} 1' in text
+        assert 'gpubox_gpu_xid_class_events{class="other",branch="580"} 1' in text
+        assert "gpubox_gpu_fatal_xid_events 3" in text
+    else:
+        assert 'gpubox_gpu_xid_class_events{class="other",branch="535"} 4' in text
+        assert "gpubox_gpu_fatal_xid_events 0" in text

@@ -366,3 +366,19 @@ def test_an_xid_logged_while_the_kernel_log_was_unreadable_is_read_once_it_is_re
     assert blind.value("gpubox_gpu_xid_events") == 0 and blind.health["healthy"]  # not seen, and said so
     back = box.run()  # from the cursor saved before the spell
     assert back.value("gpubox_gpu_xid_events") == 1 and back.health["problems"] == ["Xid 79 on 0000:21:00"]
+
+
+def test_the_driver_branch_picks_the_fatal_xids_and_an_unknown_one_is_refused(box: Box) -> None:
+    gsp = "1764681600.5 box kernel: NVRM: Xid (PCI:0000:21:00): 119, pid=7, name=python3, Timeout after 45s of waiting"
+    box.kernel_log.write_text(gsp + "\n")
+    pinned = box.run()  # 535 by default: a GSP timeout is counted, not fatal
+    assert pinned.rc == 0 and pinned.health["healthy"], pinned.health
+    assert 'gpubox_gpu_xid_class_events{class="other",branch="535"} 1' in pinned.metrics
+    box.state.joinpath("state.json").unlink()
+    lts = box.run("--driver-branch", "580")
+    assert not lts.health["healthy"] and lts.health["problems"] == ["Xid 119 on 0000:21:00"]
+    assert 'gpubox_gpu_xid_class_events{class="gsp",branch="580"} 1' in lts.metrics
+    (box.path / "health.json").unlink()
+    refused = box.run("--driver-branch", "550")
+    assert refused.rc == 2 and "--driver-branch 550 has no Xid catalog: use 535 or 580" in refused.stderr
+    assert not (box.path / "health.json").exists()

@@ -284,12 +284,22 @@ def ask_from(container: str, source: str, port: int, path: str) -> dict:
 
 @pytest.mark.parametrize(("port", "path"), ASKED)
 def test_a_host_outside_the_allowed_networks_gets_nothing_on_any_port(port: int, path: str) -> None:
-    """host_vars allow only the two boxes: the cache host's own network address is outside the list."""
+    """The default admits the boxes of gpu_boxes only: the cache host's own network address is not one."""
     seen = sh(CACHE, f"wc -l < {HUB_LOG} 2>/dev/null || echo 0").stdout.strip()
     outside = ask_from(CACHE, "10.231.94.10", port, path)
     assert outside["status"] in (None, 403) and (outside["status"] == 403 or outside["size"] == 0), outside
     if port == 80:
-        assert outside["status"] == 403, outside  # nginx says why (its body names fleet_cache_allowed_networks)
+        assert outside["status"] == 403, outside  # nginx says why (gpu_boxes, fleet_cache_allowed_networks)
         assert sh(CACHE, f"wc -l < {HUB_LOG} 2>/dev/null || echo 0").stdout.strip() == seen  # nothing went upstream
     inside = ask_from(BOX1, "10.231.94.11", port, path)  # control: a box on the list gets an answer
     assert inside["status"] == 200 and inside["size"] > 0, inside
+
+
+def test_the_default_admits_exactly_the_boxes_by_the_addresses_their_facts_report() -> None:
+    """The boxes' ansible_host is 127.0.0.1 (sshd published on loopback): the role read their default IPv4
+    (molecule.yml: 10.231.94.11, .12) and admits those and loopback, on nginx and on apt-cacher-ng, nothing else."""
+    conf = sh(CACHE, "cat /etc/nginx/conf.d/gpubox-fleet-cache.conf").stdout
+    allowed = sorted(w[1].rstrip(";") for w in (line.split() for line in conf.splitlines()) if w[:1] == ["allow"])
+    assert allowed == sorted(["127.0.0.1", "::1", "10.231.94.11/32", "10.231.94.12/32"]), allowed
+    wrap = sh(CACHE, "grep '^apt-cacher-ng:' /etc/hosts.allow").stdout.strip()
+    assert wrap == "apt-cacher-ng: 127.0.0.1 [::1] 10.231.94.11/32 10.231.94.12/32", wrap

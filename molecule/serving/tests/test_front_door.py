@@ -3,19 +3,24 @@
 Two plain Debian containers on the scenario's network (molecule.yml) play the other hosts: the client
 (10.231.89.30, not in gpubox_scrape_networks) and the scraper (10.231.89.20, in it). Each request runs
 inside them with Python's own http.client/ssl, verifying the box's certificate against the
-self-signed one the role generated. The API key is read from the box's 0600 file and handed to the
-client on stdin, never on a command line. These tests run before test_serving.py's (file order), and
-the rate-limit tests run last here, so that their bursts do not meet the other requests.
+self-signed one the role generated. The tenants' keys come from the scenario's vault variable
+(molecule/shared/group_vars/gpubox_sim.yml; host_vars: tenant "ops" holds it, "team-b" it plus "-team-b") and
+are handed to the client on stdin, never on a command line; vLLM's own key (the box's 0600 env file) is the
+front door's, which the front door refuses from a client. These tests run before test_serving.py's (file
+order), and the rate-limit tests run last here, so that their bursts do not meet the other requests.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 BOX_IP = "10.231.89.10"
 CLIENT = "gpubox-m-fd-client"
@@ -90,7 +95,18 @@ print(json.dumps(out))
 """
 
 
-def _key(host) -> str:
+SHARED_VARS = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+SHARED_VARS = SHARED_VARS / "molecule" / "shared" / "group_vars" / "gpubox_sim.yml"
+
+
+def _key(host=None, tenant: str = "ops") -> str:
+    """A tenant's key (host_vars/gpubox-m-serving.yml): ops holds vault_gpubox_api_key, team-b it + "-team-b"."""
+    key = yaml.safe_load(SHARED_VARS.read_text())["vault_gpubox_api_key"]
+    return key if tenant == "ops" else f"{key}-{tenant}"
+
+
+def _engine_key(host) -> str:
+    """vLLM's own key: the front door's, in the unit's 0600 env file."""
     (line,) = [
         x for x in host.file("/etc/gpubox/vllm.env").content_string.splitlines() if x.startswith("VLLM_API_KEY=")
     ]
@@ -98,10 +114,11 @@ def _key(host) -> str:
 
 
 def _from(container: str, host, **job):
-    """Run one job in ``container`` against the box; the job (key included) travels on stdin."""
+    """Run one job in ``container`` against the box; the job (key included) travels on stdin. ``use_key``: True for
+    the tenant ops's key, or the key itself."""
     job = {"host": BOX_IP, "port": PORT, "ca": host.file(CERT).content_string, **job}
     if job.get("use_key"):
-        job["key"] = _key(host)
+        job["key"] = _key(host) if job["use_key"] is True else job["use_key"]
     proc = subprocess.run(
         ["podman", "exec", "-i", container, "python3", "-c", CLIENT_SCRIPT],
         input=json.dumps(job),
@@ -157,8 +174,24 @@ def test_a_request_with_its_own_chat_template_is_refused_with_json(host, body, p
     assert error["param"] == param and "vllm_service_allow_request_chat_template" in error["message"], error
 
 
-def test_without_the_key_the_api_answers_401(host):
-    assert _from(CLIENT, host, mode="request", path="/v1/models")["status"] == 401
+def test_without_a_tenants_key_the_front_door_answers_401(host):
+    for key in (None, "not-a-tenant-key-0123456789", _key().upper(), _engine_key(host)):
+        result = _from(CLIENT, host, mode="request", path="/v1/models", use_key=key or False)
+        assert result["status"] == 401, (key is None, result)
+        error = json.loads(result["body"])["error"]
+        assert error["code"] == "invalid_api_key" and error["type"] == "authentication_error", error
+    # The front door refused them: the access log says so, with no tenant.
+    log = host.file(ACCESS_LOG).content_string.splitlines()
+    assert sum(1 for line in log[-4:] if '" 401 ' in line and line.endswith("tenant=- conn=10.231.89.30")) == 4, log[
+        -4:
+    ]
+
+
+def test_each_tenant_is_its_own_and_vllms_key_is_not_a_clients(host):
+    result = _from(CLIENT, host, mode="request", path="/v1/models", use_key=_key(tenant="team-b"))
+    assert result["status"] == 200, result
+    assert _engine_key(host) not in (_key(), _key(tenant="team-b"))
+    assert host.check_output("tail -n 1 %s", ACCESS_LOG).endswith("tenant=team-b conn=10.231.89.30")
 
 
 def test_the_certificate_is_self_signed_and_verified_by_the_client(host):
@@ -257,36 +290,42 @@ def test_the_firewall_drops_by_default(host):
 # --- the key stays out of nginx ----------------------------------------------------------------------------
 
 
-def test_the_key_is_in_no_nginx_file_or_log(host):
-    key = _key(host)
+def test_the_keys_are_in_no_public_nginx_file_log_or_argv(host):
+    keys = {"tenant": _key(), "tenant team-b": _key(tenant="team-b"), "engine": _engine_key(host)}
     log = host.file(ACCESS_LOG).content_string
     assert "10.231.89.30" in log and "POST /v1/completions" in log  # the requests above were logged
     config = host.check_output(
         "cat /etc/nginx/nginx.conf /etc/nginx/conf.d/*.conf /etc/nginx/sites-enabled/* 2>/dev/null || true"
     )
-    assert "$http_authorization" not in config.replace("limit_req_zone $http_authorization", "")
-    for where, text in {"access log": log, "error log": host.file(ERROR_LOG).content_string, "config": config}.items():
-        assert key not in text, f"the API key appears in nginx's {where}"
-    assert key not in host.check_output("ps -eo args")
-    # The front door's own key check reads it from one root-only file, outside nginx's conf.d.
-    keys = host.file("/etc/gpubox/front-door/keys.conf")
-    assert keys.mode == 0o600 and keys.user == "root" and keys.group == "root"
-    assert host.file("/etc/gpubox/front-door/tls.key").mode == 0o600
-    assert host.file("/etc/gpubox/front-door/tls.key").user == "root"
+    assert "$http_authorization" not in config  # only the root-only key map reads the header
+    texts = {"access log": log, "error log": host.file(ERROR_LOG).content_string, "config": config}
+    texts["argv"] = host.check_output("ps -eo args")
+    texts["journal"] = host.check_output("journalctl --no-pager -o cat -u nginx -u vllm -n 2000")
+    texts["facts"] = host.check_output("cat /etc/ansible/facts.d/*.fact")
+    for which, key in keys.items():
+        for where, text in texts.items():
+            assert key not in text, f"the {which} key appears in {where}"
+    # The keys live in root's 0600 files only.
+    for path in ("/etc/nginx/gpubox/tenants.conf", "/etc/nginx/gpubox/engine-key.conf",
+                 "/etc/gpubox/front-door/engine.key", "/etc/gpubox/front-door/tls.key"):  # fmt: skip
+        assert host.file(path).mode == 0o600 and host.file(path).user == "root", path
+    assert host.file("/etc/nginx/gpubox").mode == 0o700
+    assert _key() in host.file("/etc/nginx/gpubox/tenants.conf").content_string
+    assert _engine_key(host) in host.file("/etc/nginx/gpubox/engine-key.conf").content_string
 
 
 # --- rate limits (last: their bursts fill the zones) ------------------------------------------------------
 
 
-def test_a_burst_with_one_key_gets_429_from_the_key_limit(host):
-    # 10 at once: within the client's burst (1 + 10), beyond the key's (1 + 4).
+def test_a_burst_of_one_tenant_gets_429_from_its_own_limit_and_not_the_other_tenants(host):
+    # 10 at once with ops's key: beyond its burst (1 + 4). team-b (20/s, burst 40) is not refused for it.
     statuses = _from(CLIENT, host, mode="burst", n=10, path="/v1/models", use_key=True)
     assert statuses.count(429) >= 1 and statuses.count(200) >= 1, statuses
-    assert 'by zone "gpubox_key"' in host.file(ERROR_LOG).content_string
+    assert 'by zone "gpubox_tenant_ops"' in host.file(ERROR_LOG).content_string
+    statuses = _from(CLIENT, host, mode="burst", n=10, path="/v1/models", use_key=_key(tenant="team-b"))
+    assert statuses == [200] * 10, statuses
 
 
-def test_a_burst_from_one_client_gets_429_from_the_client_limit(host):
-    # 30 at once without a key: the key's zone does not count them, the client's (1 + 10) refuses some.
+def test_a_burst_without_a_key_is_all_401_and_fills_no_tenants_limit(host):
     statuses = _from(CLIENT, host, mode="burst", n=30, path="/v1/models")
-    assert statuses.count(429) >= 1 and statuses.count(401) >= 1, statuses
-    assert 'by zone "gpubox_client"' in host.file(ERROR_LOG).content_string
+    assert statuses == [401] * 30, statuses
