@@ -52,7 +52,7 @@ if __name__ == "__main__":
     # the process's imports as they are).
     init_plugin_loader()
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, stacks, state_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = ROOT / "inventories" / "production"
@@ -297,6 +297,12 @@ def describe(values: Mapping[str, Any]) -> str:
     )
 
 
+def stack_lines(values: Mapping[str, Any]) -> list[str]:
+    """Which stack the box runs, its support ends, open advisories and engine (plugins/module_utils/stacks.py)."""
+    name = values["gpubox_stack"]
+    return [*stacks.summary_lines(name), f"  engine: {stacks.get(name).engine} (vLLM {stacks.get(name).vllm})"]
+
+
 # --------------------------------------------------------------------------- compatibility helpers
 
 
@@ -369,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
             continue
         print(f"{unit.label}: {describe(unit.values)}")
+        print("\n".join(stack_lines(unit.values)))
         print(capacity_planner.plan_table(result))
         if not result["fits"]:
             status = 1

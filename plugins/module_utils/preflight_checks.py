@@ -39,6 +39,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
     gpu_parsers,
     model_catalog,
+    stacks,
     state_checks,
 )
 
@@ -581,6 +582,8 @@ def _table(config: dict[str, Any], report: _Report, plan: dict | None) -> str:
         f"max_num_seqs {config.get('gpubox_max_num_seqs')}"
     )
     lines = [title]
+    if config.get("gpubox_stack") in stacks.STACKS:  # the stack, its support ends and open advisories
+        lines.extend(stacks.summary_lines(config["gpubox_stack"]))
     lines.extend(f"{check:<24} {found:<58} {verdict}" for check, found, verdict in report.rows)
     if plan is not None:
         for label, key, fmt in _PLAN_ROWS:
