@@ -273,7 +273,7 @@ def plan(values: Mapping[str, Any]) -> dict[str, Any]:
         model, gpu, serving = planner_inputs(values)
     except (model_catalog.UnknownModelError, ValueError, TypeError) as exc:
         raise PlanError(str(exc).strip("\"'")) from None
-    return capacity_planner.plan(model, gpu, serving)
+    return capacity_planner.plan(model, gpu, serving, engine=stacks.engine_of(dict(values)))
 
 
 def readme_cells(result: Mapping[str, Any]) -> list[str]:

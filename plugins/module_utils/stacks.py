@@ -178,6 +178,14 @@ def get(name: Any) -> Stack:
     raise StackError(f"gpubox_stack is {name!r}, which is not a stack: use one of {allowed()}")
 
 
+def engine_of(values: Any) -> str:
+    """The vLLM engine the planner models for a box's facts ("v0" or "v1"): its stack's, the default stack's when
+    gpubox_stack is not set. A name that is not a stack is refused elsewhere (state_checks, preflight) by name;
+    the plan meanwhile models the default's engine rather than none."""
+    name = values.get("gpubox_stack", DEFAULT) if isinstance(values, dict) else DEFAULT
+    return STACKS[name.strip()].engine if isinstance(name, str) and name.strip() in STACKS else STACKS[DEFAULT].engine
+
+
 def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 

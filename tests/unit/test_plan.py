@@ -323,3 +323,15 @@ def test_a_bad_stack_is_refused_by_the_plan_naming_the_fact_and_the_allowed_valu
     rc, out, err = run(capsys, "-l", "gpu_2x3090", "-e", "gpubox_stack=lts-570")
     assert rc == 1 and "nothing planned" in err and "stack " not in out
     assert "ERROR: gpubox_stack must be one of pinned-0.7.3, lts-580, got 'lts-570'" in err
+
+
+def test_the_plan_models_the_engine_of_the_boxs_stack() -> None:
+    """A box on lts-580 is planned with vLLM's V1 engine, the pinned stack's with V0 (stacks.engine_of)."""
+    values = plan_tool.load_group_vars("gpu_2x3090")
+    pinned = plan_tool.plan(values)
+    lts = plan_tool.plan({**values, "gpubox_stack": "lts-580"})
+    assert (pinned["engine"], lts["engine"]) == ("v0", "v1")
+    # The two engines budget memory differently (V1: NCCL outside the budget, CUDA graphs inside it).
+    assert pinned["kv_cache_gib_per_gpu"] != lts["kv_cache_gib_per_gpu"]
+    # A name that is not a stack is refused by its own check; the plan meanwhile models the default engine.
+    assert plan_tool.plan({**values, "gpubox_stack": "lts-570"})["engine"] == "v0"

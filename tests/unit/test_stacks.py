@@ -264,3 +264,32 @@ def test_the_docs_flag_table_says_which_stacks_have_each_flag() -> None:
     )
     assert "| `--num-scheduler-steps` | `gpubox_vllm_extra_args` | exists | refused: " in table
     assert table in (ROOT / "docs" / "deploy.md").read_text()
+
+
+@pytest.mark.parametrize(
+    ("stack", "extra", "expected"),
+    [
+        (None, {}, ["--driver-branch", "535"]),
+        ("lts-580", {}, ["--driver-branch", "580"]),
+        ("lts-580", {"metrics_gpu_fatal_xids": [48, 79]}, ["--driver-branch", "580", "--fatal-xids", "48,79"]),
+    ],
+)
+def test_the_gpu_collector_judges_xids_by_the_catalog_of_the_stacks_driver_branch(
+    stack: str | None, extra: dict[str, Any], expected: list[str]
+) -> None:
+    """roles/metrics' collector gets the stack's driver branch (gpu_metrics.fatal_xids per branch: R580 adds the
+    GSP and recovery Xids); metrics_gpu_fatal_xids, when set, still names the fatal set itself."""
+    from ansible.template import trust_as_template
+
+    from ansible_vars import templar_for
+
+    extra_vars = {"ansible_managed": "test", **extra, **({"gpubox_stack": stack} if stack else {})}
+    templar, _ = templar_for("unit-gpu_2x3090", roles=("gpubox", "metrics"), extra_vars=extra_vars,
+                             groups=("gpu_2x3090",))  # fmt: skip
+    text = (ROOT / "roles" / "metrics" / "templates" / "gpubox-gpu-metrics.service.j2").read_text()
+    exec_start = next(line for line in templar.template(trust_as_template(text)).splitlines()
+                      if line.startswith("ExecStart="))  # fmt: skip
+    argv = exec_start.split()
+    options = [arg for i, arg in enumerate(argv) if arg in ("--driver-branch", "--fatal-xids")
+               for arg in (arg, argv[i + 1])]  # fmt: skip
+    assert options == expected
