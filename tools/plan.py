@@ -52,7 +52,7 @@ if __name__ == "__main__":
     # the process's imports as they are).
     init_plugin_loader()
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, state_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog, stacks, state_checks
 
 ROOT = Path(__file__).resolve().parent.parent
 INVENTORY = ROOT / "inventories" / "production"
@@ -273,7 +273,7 @@ def plan(values: Mapping[str, Any]) -> dict[str, Any]:
         model, gpu, serving = planner_inputs(values)
     except (model_catalog.UnknownModelError, ValueError, TypeError) as exc:
         raise PlanError(str(exc).strip("\"'")) from None
-    return capacity_planner.plan(model, gpu, serving)
+    return capacity_planner.plan(model, gpu, serving, engine=stacks.engine_of(dict(values)))
 
 
 def readme_cells(result: Mapping[str, Any]) -> list[str]:
@@ -295,6 +295,12 @@ def describe(values: Mapping[str, Any]) -> str:
         f"util {v['gpubox_gpu_memory_utilization']}, max_model_len {v['gpubox_max_model_len']}, "
         f"max_num_seqs {v['gpubox_max_num_seqs']}, '{v['gpubox_served_model_name']}' on :{v['gpubox_port']}"
     )
+
+
+def stack_lines(values: Mapping[str, Any]) -> list[str]:
+    """Which stack the box runs, its support ends, open advisories and engine (plugins/module_utils/stacks.py)."""
+    name = values["gpubox_stack"]
+    return [*stacks.summary_lines(name), f"  engine: {stacks.get(name).engine} (vLLM {stacks.get(name).vllm})"]
 
 
 # --------------------------------------------------------------------------- compatibility helpers
@@ -369,6 +375,7 @@ def main(argv: list[str] | None = None) -> int:
             status = 1
             continue
         print(f"{unit.label}: {describe(unit.values)}")
+        print("\n".join(stack_lines(unit.values)))
         print(capacity_planner.plan_table(result))
         if not result["fits"]:
             status = 1

@@ -36,6 +36,10 @@ UNITS: dict[str, tuple[tuple[str, ...], str]] = {
         "roles/model_store/templates/gpubox-model-verify.service.j2",
     ),
     "gpubox-gpu-metrics.service": (("gpubox", "metrics"), "roles/metrics/templates/gpubox-gpu-metrics.service.j2"),
+    "gpubox-tenant-metrics.service": (
+        ("gpubox", "metrics"),
+        "roles/metrics/templates/gpubox-tenant-metrics.service.j2",
+    ),
 }
 # Drop-ins gpubox puts on a packaged unit: (roles, drop-in template, the packaged unit's lines the score
 # depends on: it runs as its own user). Scored as the packaged lines followed by the drop-in.

@@ -2,7 +2,7 @@
 
     {{ host | gpubox.gpubox.preflight(config) }}          -> {errors, warnings, plan, table}
     {{ vars | gpubox.gpubox.state_errors }}               -> problems of the desired state ([] when valid)
-    {{ model | gpubox.gpubox.plan(gpu, serving) }}        -> memory plan of vLLM 0.7.3's V0 start-up
+    {{ model | gpubox.gpubox.plan(gpu, serving[, engine]) }} -> memory plan of vLLM's start-up (engine v0: 0.7.3, v1)
     {{ plan | gpubox.gpubox.plan_table }}                 -> the plan as a text table
     {{ model_id | gpubox.gpubox.expected_model(config) }} -> the model facts preflight plans from
     {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
@@ -43,9 +43,9 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
 )
 
 
-def plan(model: dict, gpu: dict, serving: dict) -> dict:
-    """Plan vLLM 0.7.3 memory; errors come back in the result, they never raise."""
-    return capacity_planner.plan(model, gpu, serving)
+def plan(model: dict, gpu: dict, serving: dict, engine: str = capacity_planner.DEFAULT_ENGINE) -> dict:
+    """Plan vLLM's memory for an engine (v0: vLLM 0.7.3; v1: the lts stack's); errors come back in the result."""
+    return capacity_planner.plan(model, gpu, serving, engine)
 
 
 def catalog_model(model_id: str) -> dict:

@@ -20,6 +20,8 @@ description:
   - Adds C(gpubox_fleet_cache) (C(apt_proxy), C(pypi_index), C(model_endpoint), all empty without a
     LAN cache) derived from C(gpubox_fleet_cache_url), and refuses a cache URL that names a host of
     the C(gpu_boxes) group (its inventory name or C(ansible_host)).
+  - Adds C(gpubox_stack_info), the row of C(gpubox_stack) in plugins/module_utils/stacks.py (driver branch and
+    versions, CUDA toolkit, Python, pin files, advisories, engine), null when the stack name is not one of the table.
   - Use it with C(query(...) | first); it takes no terms.
 options:
   _terms:

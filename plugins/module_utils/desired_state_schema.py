@@ -13,7 +13,7 @@ the command line, when it is left out) and the capacity planner's key for it. No
 
 Rows with a ``check`` are desired-state facts (validated by state_checks, read through the
 gpubox.gpubox.desired_state lookup); rows without one are the role's shared switches. Adding a vLLM flag is one
-row here and one test line (docs/design.md, "Adding a vLLM flag"). Imports only vllm_words (a leaf), so every
+row here and one test line (docs/design.md, "Adding a vLLM flag"). Imports only vllm_words and stacks (leaves), so every
 module that checks facts can import it without a cycle (tests/unit/test_imports.py).
 """
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_words import DTYPES, KV_CACHE_DTYPES, QUANTIZATIONS
 
 
@@ -34,6 +35,9 @@ class Flag:
     line, ascending; existing slots never move, so no box's unit changes when a flag is added. ``omit``:
     values left out besides null (vLLM's own default: the command line stays the seed's). ``aliases``: the
     single-dash spellings vLLM defines for it. ``source``: what to set instead, when it is not the fact.
+    ``stacks``: the stacks (plugins/module_utils/stacks.py) whose vLLM has the flag; empty = every stack (each
+    stack's rendered command line is parsed by that release's own parser: tests/vllm073, tests/vllm032).
+    ``inverted``: a switch rendered when the value is false (a knob whose flag was turned around by a release).
     """
 
     name: str
@@ -42,6 +46,11 @@ class Flag:
     omit: tuple[Any, ...] = ()
     aliases: tuple[str, ...] = ()
     source: str = ""
+    stacks: tuple[str, ...] = ()
+    inverted: bool = False
+
+    def in_stack(self, stack: str) -> bool:
+        return not self.stacks or stack in self.stacks
 
 
 @dataclass(frozen=True)
@@ -85,6 +94,21 @@ _NULL_TEXT = "raw: state_checks reads '', 'none', 'null' and '~' (from -e) as un
 _STRIPPED = "no choices: state_checks accepts a value with surrounding spaces (from -e), which choices would refuse"
 
 ROWS: tuple[Row, ...] = (
+    Row(
+        "gpubox_stack",
+        "str",
+        "The stack the box runs (plugins/module_utils/stacks.py): driver branch and version, CUDA toolkit, Python, "
+        f"vLLM and torch pins with their hash lock and advisories. {', '.join(stacks.NAMES)}.",
+        default=stacks.DEFAULT,
+        check="stack",
+        choices=stacks.NAMES,
+        type_note=_STRIPPED,
+        required=True,
+        hint=f"use {stacks.DEFAULT} (the design card's stack) or lts-580 (driver R580, vLLM 0.32.0)",
+        section="the stack: driver, CUDA, Python and vLLM pins (plugins/module_utils/stacks.py)",
+        comment="One name for everything that moves together: pinned-0.7.3 (R535, CUDA 12.2, vLLM 0.7.3, the design\n"
+        "card's) or lts-580 (R580, CUDA 13.0, vLLM 0.32.0). Per group; make plan and preflight print its support ends.",
+    ),
     Row(
         "gpubox_gpu_name",
         "str",
@@ -544,29 +568,89 @@ FACT_ROWS: tuple[Row, ...] = tuple(row for row in ROWS if row.check)
 SECRET_FACTS = frozenset(row.name for row in ROWS if row.secret)
 
 # Flags gpubox renders from its own role knobs, not from a fact (vllm_cmdline takes them as arguments).
+# vllm_service_disable_log_requests (true by default): vLLM 0.7.3 logs every request unless --disable-log-requests;
+# vLLM 0.32.0 has no such flag (its parser refuses it) and logs requests only with --enable-log-requests.
 KNOB_FLAGS: tuple[Flag, ...] = (
     Flag("--host", 30, renders="fixed", source="vllm_service_host"),
-    Flag("--disable-log-requests", 160, renders="switch", source="vllm_service_disable_log_requests"),
+    Flag(
+        "--disable-log-requests",
+        160,
+        renders="switch",
+        source="vllm_service_disable_log_requests",
+        stacks=("pinned-0.7.3",),
+    ),
+    Flag(
+        "--enable-log-requests",
+        160,
+        renders="switch",
+        source="vllm_service_disable_log_requests",
+        stacks=("lts-580",),
+        inverted=True,
+    ),
 )
 
+# Flags of vLLM 0.7.3 that a stack's release no longer has (each checked in that release's own parser: tests/vllm032),
+# and what to do instead: gpubox_vllm_extra_args refuses them by name on that stack, before any change.
+REMOVED_FLAGS: dict[str, dict[str, str]] = {
+    "lts-580": {
+        "--disable-log-requests": "vLLM 0.32.0 logs no request unless --enable-log-requests; gpubox renders that from "
+        "vllm_service_disable_log_requests (false: log them)",
+        "--num-scheduler-steps": "multi-step scheduling went with the V0 engine; remove it",
+        "--use-v2-block-manager": "the V1 engine has one block manager; remove it",
+        "--guided-decoding-backend": "vLLM 0.32.0 names the backend in --structured-outputs-config "
+        '\'{"backend": "xgrammar"}\' (auto, xgrammar, guidance, outlines, lm-format-enforcer; auto is its default)',
+        "--speculative-model": "vLLM 0.32.0 takes a draft model in --speculative-config, which the planner does not "
+        "model either",
+        "--swap-space": "the V1 engine has no CPU swap space; remove it",
+    },
+}
 
-def command_line() -> list[tuple[Flag, str]]:
-    """Every flag gpubox renders, in command-line order: (flag, the fact's name or "" for a role knob)."""
+
+def command_line(stack: str = "") -> list[tuple[Flag, str]]:
+    """Every flag gpubox renders for ``stack`` ("" = every flag of every stack), in command-line order: (flag, the
+    fact's name or "" for a role knob). Two flags of one stack never share a slot."""
     flags = [(row.flag, row.name) for row in ROWS if row.flag] + [(flag, "") for flag in KNOB_FLAGS]
-    slots = [item[0].slot for item in flags]
-    if len(set(slots)) != len(slots):
-        raise ValueError(f"two rendered flags share a slot: {sorted(slots)}")
-    return sorted(flags, key=lambda item: item[0].slot)
+    for name in stacks.NAMES:
+        slots = [flag.slot for flag, _ in flags if flag.in_stack(name)]
+        if len(set(slots)) != len(slots):
+            raise ValueError(f"two rendered flags of stack {name} share a slot: {sorted(slots)}")
+    if stack:
+        flags = [item for item in flags if item[0].in_stack(stack)]
+    return sorted(flags, key=lambda item: (item[0].slot, item[0].name))
 
 
 def rendered_flags() -> dict[str, str]:
-    """Each rendered flag and what sets it (in command-line order; the extra-args refusal reads it)."""
+    """Each rendered flag of any stack and what sets it (in command-line order; the extra-args refusal reads it)."""
     return {flag.name: flag.source or name for flag, name in command_line()}
 
 
 def flag_aliases() -> dict[str, str]:
-    """vLLM 0.7.3's single-dash aliases of rendered flags, and the flag each stands for."""
+    """The single-dash aliases vLLM defines for rendered flags, and the flag each stands for."""
     return {alias: flag.name for flag, _name in command_line() for alias in flag.aliases}
+
+
+def flag_table() -> str:
+    """The docs table (docs/deploy.md): every flag gpubox renders or refuses as removed, and which stacks have it."""
+    lines = [
+        "| vLLM flag | set by | " + " | ".join(stacks.NAMES) + " |",
+        "|---|---|" + "---|" * len(stacks.NAMES),
+    ]
+    for flag, name in command_line():
+        cells = ["rendered" if flag.in_stack(stack) else "no such flag" for stack in stacks.NAMES]
+        how = (flag.source or f"`{name}`") + (" (inverted)" if flag.inverted else "")
+        lines.append(f"| `{flag.name}` | {how} | " + " | ".join(cells) + " |")
+    removed = sorted({flag for table in REMOVED_FLAGS.values() for flag in table})
+    for flag in removed:
+        if flag in {f.name for f, _ in command_line()}:
+            continue
+        cells = [
+            "refused: " + REMOVED_FLAGS[stack][flag].replace("|", "\\|")
+            if flag in REMOVED_FLAGS.get(stack, {})
+            else "exists"
+            for stack in stacks.NAMES
+        ]
+        lines.append(f"| `{flag}` | `gpubox_vllm_extra_args` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
 
 
 def inventory_names() -> dict[str, str]:

@@ -118,6 +118,27 @@ CATALOG: dict[str, dict[str, Any]] = {
         "quantization": "awq_marlin",
         "source": _QWEN25_NOTE + "; weights_bytes from the quantization config (quantized_checkpoint_bytes)",
     },
+    # Qwen3 dense: vLLM added the Qwen3ForCausalLM architecture in 0.8.4, so only a stack whose vLLM is that new or
+    # newer serves it (state_checks refuses it on another stack, naming the stack that serves it).
+    "Qwen/Qwen3-8B": {
+        "num_hidden_layers": 36,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "intermediate_size": 12288,
+        "vocab_size": 151936,
+        "head_dim": 128,
+        "torch_dtype": "bfloat16",
+        "max_position_embeddings": 40960,
+        "weights_bytes": 16_381_470_720,
+        "quantization": None,
+        "min_vllm": "0.8.4",
+        "source": (
+            "Qwen/Qwen3-8B config.json (Qwen3ForCausalLM, no QKV bias, q/k norms of head_dim, untied lm_head); "
+            "weights_bytes: 8,190,735,360 bf16 parameters counted from those shapes, the total_size of its "
+            "model.safetensors.index.json; min_vllm: the vLLM release that added Qwen3ForCausalLM"
+        ),
+    },
     "LLM-Research/Meta-Llama-3.1-8B-Instruct": {
         "num_hidden_layers": 32,
         "num_attention_heads": 32,
@@ -195,6 +216,12 @@ def catalog_model(model_id: str) -> dict[str, Any]:
             "them in the inventory as gpubox_model_config"
         )
     return dict(CATALOG[model_id])
+
+
+def min_vllm(model_id: Any) -> str | None:
+    """The oldest vLLM release that serves a catalog model (its ``min_vllm``), or None (every stack's vLLM does)."""
+    entry = CATALOG.get(model_id) if isinstance(model_id, str) else None
+    return entry.get("min_vllm") if entry else None
 
 
 def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:

@@ -39,6 +39,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
     gpu_parsers,
     model_catalog,
+    stacks,
     state_checks,
 )
 
@@ -427,14 +428,14 @@ def _is_about(error: str, names: set[str]) -> bool:
 def _check_plan(facts: dict[str, Any], model: dict[str, Any] | None, refused: set[str], report: _Report) -> dict | None:
     gpu, serving = capacity_planner.inventory_inputs(facts)
     if model is not None and not refused:
-        result = capacity_planner.plan(model, gpu, serving)
+        result = capacity_planner.plan(model, gpu, serving, engine=stacks.engine_of(facts))
         report.errors.extend(result["errors"])
         report.warnings.extend(result["warnings"])
         return result
     # With a refused fact or no model facts there is no plan to show; what the planner finds about
     # the facts that were not refused is still reported (the missing model facts are not: the
     # unknown model is already reported).
-    result = capacity_planner.plan(model or {}, gpu, serving)
+    result = capacity_planner.plan(model or {}, gpu, serving, engine=stacks.engine_of(facts))
     model_prefix = f"{capacity_planner.var('model')}: model facts"
     report.errors.extend(
         e for e in result["errors"] if not e.startswith(model_prefix) and not _is_about(e, refused | {"None"})
@@ -581,6 +582,8 @@ def _table(config: dict[str, Any], report: _Report, plan: dict | None) -> str:
         f"max_num_seqs {config.get('gpubox_max_num_seqs')}"
     )
     lines = [title]
+    if config.get("gpubox_stack") in stacks.STACKS:  # the stack, its support ends and open advisories
+        lines.extend(stacks.summary_lines(config["gpubox_stack"]))
     lines.extend(f"{check:<24} {found:<58} {verdict}" for check, found, verdict in report.rows)
     if plan is not None:
         for label, key, fmt in _PLAN_ROWS:

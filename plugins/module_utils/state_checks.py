@@ -30,6 +30,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     model_catalog,
     net_checks,
+    stacks,
     tenants,
     value_text,
     vllm_words,
@@ -206,6 +207,14 @@ def _choice(choices: tuple[Any, ...], what: str) -> Callable[[str, Any], Any]:
         return value
 
     return check
+
+
+def _stack(name: str, value: Any) -> str:
+    try:
+        return stacks.get(value.strip() if isinstance(value, str) else value).name
+    except stacks.StackError:
+        allowed = ", ".join(stacks.NAMES)
+        raise _Bad(f"{name} must be one of {allowed}, got {_short(value)}: {stacks.allowed()}") from None
 
 
 def _block_size(name: str, value: Any) -> int:
@@ -485,6 +494,7 @@ _CHECKERS: dict[str, Callable[[str, Any], Any]] = {
     "revision": _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"),
     "lock_file": _lock_file,  # the lock of moving revisions, on the controller (lock_file.py)
     "model_config": _model_config,
+    "stack": _stack,
     "block_size": _block_size,
     "served_name": _served_name,
     "extra_args": _extra_args,
@@ -555,8 +565,55 @@ class State:
         out["gpubox_model_dir"] = self.model_dir
         out["gpubox_fleet_cache"] = fleet_cache_endpoints(self.values.get("gpubox_fleet_cache_url"))
         out["gpubox_tenant_limits"] = tenant_limits(self.values)
+        # What the roles read of the stack (driver, CUDA, Python, pin files, engine); None when the name is wrong.
+        stack = self.values.get("gpubox_stack")
+        out["gpubox_stack_info"] = stacks.info(stack) if stack in stacks.STACKS else None
         out["errors"] = list(self.errors)
         return out
+
+
+def stack_model_problem(model_id: Any, stack: Any) -> str | None:
+    """A catalog model the stack's vLLM cannot serve (model_catalog's min_vllm), naming the stacks that serve it."""
+    needed = model_catalog.min_vllm(model_id)
+    if not needed or stack not in stacks.STACKS or stack in stacks.serving(needed):
+        return None
+    others = stacks.serving(needed)
+    fix = (
+        f"set gpubox_stack: {' or '.join(others)} (vLLM {stacks.STACKS[others[0]].vllm})" if others else "no stack does"
+    )
+    return (
+        f"gpubox_model_id {model_id!r} needs vLLM >= {needed}, but gpubox_stack {stack} runs vLLM "
+        f"{stacks.STACKS[stack].vllm}: {fix}, which serves it, or choose a model of the catalog this stack serves"
+    )
+
+
+def stack_flag_problems(extra_args: Any, stack: Any) -> list[str]:
+    """Extra vLLM arguments the stack's release no longer has (desired_state_schema.REMOVED_FLAGS), by name."""
+    removed = schema.REMOVED_FLAGS.get(stack, {}) if isinstance(stack, str) else {}
+    if not removed or not isinstance(extra_args, list):
+        return []
+    found = []
+    for arg in extra_args:
+        if not isinstance(arg, str) or not arg.startswith("--") or flag_problem(arg):
+            continue  # not a flag, or refused already (rendered, the key, planner-blind)
+        flag = "--" + arg.split("=", 1)[0][2:].replace("_", "-")
+        if flag in removed:
+            found.append(
+                f"gpubox_vllm_extra_args: {arg!r} does not exist in vLLM {stacks.STACKS[stack].vllm} (gpubox_stack "
+                f"{stack}): {removed[flag]}"
+            )
+    return found
+
+
+def stack_quantization_problem(quantization: Any, stack: Any) -> str | None:
+    """A quantization method the stack's vLLM does not have (vllm_words.QUANTIZATIONS_BY_VLLM), by name."""
+    known = vllm_words.QUANTIZATIONS_BY_VLLM.get(stacks.STACKS[stack].vllm) if stack in stacks.STACKS else None
+    if quantization is None or known is None or quantization in known:
+        return None
+    return (
+        f"gpubox_model_quantization {quantization!r} is not a quantization method of vLLM {stacks.STACKS[stack].vllm} "
+        f"(gpubox_stack {stack}): use one of {', '.join(known)}, or null for none"
+    )
 
 
 def tenant_list(values: Mapping[str, Any]) -> list[tenants.Tenant]:
@@ -579,6 +636,14 @@ def tenant_limits(values: Mapping[str, Any]) -> list[dict[str, Any]]:
 
 def _cross_checks(state: State) -> None:
     v = state.values
+    stack = v.get("gpubox_stack")
+    problem = stack_model_problem(v.get("gpubox_model_id"), stack)
+    if problem:
+        state.errors.append(problem)
+    state.errors.extend(stack_flag_problems(v.get("gpubox_vllm_extra_args"), stack))
+    quantization = stack_quantization_problem(v.get("gpubox_model_quantization"), stack)
+    if quantization:
+        state.errors.append(quantization)
     tp, pp, count = (
         v.get("gpubox_tensor_parallel_size"),
         v.get("gpubox_pipeline_parallel_size"),

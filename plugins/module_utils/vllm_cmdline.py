@@ -1,4 +1,8 @@
-"""Render the command line of vLLM 0.7.3's OpenAI-compatible server from a serving profile.
+"""Render the command line of vLLM's OpenAI-compatible server from a serving profile, per stack (gpubox_stack).
+
+vLLM 0.7.3 (pinned-0.7.3) and vLLM 0.32.0 (lts-580) share the entry point and every fact's flag; the role knob
+vllm_service_disable_log_requests renders --disable-log-requests on 0.7.3 and, inverted, --enable-log-requests on
+0.32.0, which has no --disable-log-requests (desired_state_schema.KNOB_FLAGS).
 
 Pure functions, no Ansible imports: the filter plugin (plugins/filter/gpubox_filters.py) wraps them,
 tests/unit/test_vllm_args.py tests them, and tests/vllm073/ feeds their output to the real 0.7.3
@@ -52,7 +56,7 @@ def vllm_args(
     disable_log_requests: bool = True,
     refuse_request_chat_template: bool = False,
 ) -> list[str]:
-    """Return the arguments for ``python -m vllm.entrypoints.openai.api_server`` (vLLM 0.7.3).
+    """Return the arguments for ``python -m vllm.entrypoints.openai.api_server`` of the state's stack's vLLM.
 
     ``state`` maps gpubox_* fact names to values (the gpubox.gpubox.desired_state lookup's result, or
     the inventory's variables); every fact is checked by state_checks, the one validator, so an error
@@ -68,16 +72,21 @@ def vllm_args(
         raise VllmProfileError(
             f"vllm_service_disable_log_requests must be true or false, got {disable_log_requests!r}."
         )
-    knobs = {"--host": host, "--disable-log-requests": disable_log_requests}
+    knobs = {
+        "--host": host,
+        "--disable-log-requests": disable_log_requests,
+        "--enable-log-requests": disable_log_requests,
+    }
     args: list[str] = []
-    for flag, name in schema.command_line():
+    # The stack's own release decides which flags exist (desired_state_schema.Flag.stacks).
+    for flag, name in schema.command_line(_fact(state, "gpubox_stack")):
         if flag.name == "--model":
             root, model_id = _fact(state, "gpubox_model_root"), _fact(state, "gpubox_model_id")
             args += ["--model", f"{root}/{model_id.rsplit('/', 1)[1]}"]
             continue
         value = _fact(state, name) if name else knobs[flag.name]
         if flag.renders == "switch":
-            if value:
+            if bool(value) is not flag.inverted:
                 args.append(flag.name)
         elif value is not None and value not in flag.omit:
             args += [flag.name, _text(value)]

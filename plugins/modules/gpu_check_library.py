@@ -22,12 +22,14 @@ description:
     (roles/model_store), the same code the M(gpubox.gpubox.model_verify) module runs.
   - With I(library=gpu_metrics) it writes C(gpu_metrics.py), the parser and Prometheus renderer of the
     box's GPU metrics collector C(gpubox-gpu-metrics) (roles/metrics).
+  - With I(library=tenant_metrics) it writes C(tenant_metrics.py), the access-log parser and Prometheus renderer of
+    the front door's per-tenant counts collector C(gpubox-tenant-metrics) (roles/metrics).
 options:
   library:
     description:
       - Which of the collection's stdlib-only module_utils to write.
     type: str
-    choices: [gpu_metrics, gpu_parsers, model_manifest]
+    choices: [gpu_metrics, gpu_parsers, model_manifest, tenant_metrics]
     default: gpu_parsers
   dest:
     description:
@@ -85,9 +87,19 @@ import tempfile  # noqa: E402
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
 # Imported so that the files travel to the host in this module's payload; their source is what is written.
-from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_metrics, gpu_parsers, model_manifest  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (  # noqa: E402
+    gpu_metrics,
+    gpu_parsers,
+    model_manifest,
+    tenant_metrics,
+)
 
-LIBRARIES = {"gpu_parsers": gpu_parsers, "model_manifest": model_manifest, "gpu_metrics": gpu_metrics}
+LIBRARIES = {
+    "gpu_parsers": gpu_parsers,
+    "model_manifest": model_manifest,
+    "gpu_metrics": gpu_metrics,
+    "tenant_metrics": tenant_metrics,
+}
 
 DEFAULT_MODE = "0644"
 

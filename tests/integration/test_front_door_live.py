@@ -554,6 +554,17 @@ def test_the_box_sees_the_client_the_gateway_saw_never_the_clients_own_header(ga
     assert not any("203.0.113.9" in value for value in body["xff"]), body
 
 
+def test_a_client_on_the_gateways_own_loopback_is_served_and_cannot_forge_one(gateway):
+    # 127.0.0.1 on the gateway's host is a real client (the fleet scenario's own checks run there): the gateway
+    # writes no X-Forwarded-For for it, so the box does not take it for a forged loopback (400) and logs the gateway.
+    status, _, body = _get(gateway["port"], source="127.0.0.1", headers=KEY)
+    assert status == 200, body
+    assert body["x_real_ip"] == "127.0.0.1" and body["xff"] == ["127.0.0.1"], body
+    # Whatever such a client writes itself is dropped as from any other client.
+    status, _, body = _get(gateway["port"], source="127.0.0.1", headers={**KEY, "X-Forwarded-For": "127.0.0.9"})
+    assert status == 200 and not any("127.0.0.9" in value for value in body["xff"]), body
+
+
 def test_the_gateway_limits_each_client_and_its_429_is_json(gateway):
     port = gateway["port"]
     assert [_get(port, source="127.0.0.4", headers=KEY)[0] for _ in range(3)] == [200, 200, 200]

@@ -118,9 +118,11 @@ def test_render_marks_unverified_ranges_and_accepted_risks() -> None:
 def test_cli_check_and_write(tmp_path: Path) -> None:
     readme = tmp_path / "README.md"
     readme.write_text(f"# x\n\n{advisories.BEGIN}\nold\n{advisories.END}\n\nrest\n", encoding="utf-8")
-    assert advisories.main(["--check", "--readme", str(readme)]) == 1
-    assert advisories.main(["--write", "--readme", str(readme)]) == 0
-    assert advisories.main(["--check", "--readme", str(readme)]) == 0
+    one = ["--stack", "pinned-0.7.3", "--readme", str(readme)]
+    assert advisories.main(["--check", *one]) == 1
+    assert advisories.main(["--write", *one]) == 0
+    assert advisories.main(["--check", *one]) == 0
+    assert advisories.main(["--check", "--readme", str(readme)]) == 1  # every stack: lts-580's block is missing
     assert readme.read_text(encoding="utf-8").endswith(f"{advisories.END}\n\nrest\n")
 
 
@@ -201,7 +203,10 @@ def test_cli_judges_the_review_dates_on_the_given_day(tmp_path: Path) -> None:
     lock.write_text(advisories.LOCK.read_text(encoding="utf-8") + "new-package==1.0 --hash=sha256:" + "0" * 64 + "\n")
     args = ["--check", "--readme", str(readme), "--today", "2026-12-04"]
     assert advisories.main(args) == 0  # control: the committed lock
-    assert advisories.main([*args, "--lock", str(lock)]) == 1
+    assert advisories.main([*args, "--stack", "pinned-0.7.3", "--lock", str(lock)]) == 1
+    with pytest.raises(SystemExit) as exited:  # --lock names one stack's file: without --stack it is refused
+        advisories.main([*args, "--lock", str(lock)])
+    assert exited.value.code == 2
 
 
 def test_issue_31_advisories_are_listed(data: list[dict]) -> None:
@@ -224,3 +229,44 @@ def test_issue_31_advisories_are_listed(data: list[dict]) -> None:
         "CVE-2025-3730": "torch",
     }.items():
         assert ids.get(ident) == package, ident
+
+
+# --- one table per stack (issue 33): lts-580's pins against the same advisories -------------------------------------
+
+
+def test_every_stack_passes_its_check_on_the_review_day() -> None:
+    for stack in advisories.stacks.NAMES:
+        found, current, wanted = advisories.check_stack(stack, advisories.README.read_text(encoding="utf-8"), REVIEWED)
+        assert found == [], (stack, found)
+        assert current == wanted, f"{stack}: run advisories.py --write"
+
+
+def test_lts_580_lists_every_advisory_of_its_pinned_packages_with_the_shared_facts() -> None:
+    path, pin_files, lock = advisories.stack_paths("lts-580")
+    shared = {entry["id"]: entry for entry in advisories.load_advisories()}
+    entries = advisories.load_advisories(path)
+    pins = {**advisories.lock_pins(lock.read_text(encoding="utf-8")), **advisories.load_pins(pin_files)}
+    assert pins["vllm"] == "0.32.0"
+    listed = {entry["id"] for entry in entries}
+    for ident, entry in shared.items():
+        assert (ident in listed) is (advisories.canonical(entry["package"]) in pins), ident
+    for entry in entries:
+        for key in ("package", "affected", "what", "url"):
+            assert entry[key] == shared[entry["id"]][key], (entry["id"], key)
+    assert all(entry["status"] == "fixed-by-pin" for entry in entries)
+
+
+def test_control_lts_580_entries_judged_against_vllm_073_are_open() -> None:
+    path, pin_files, lock = advisories.stack_paths("lts-580")
+    pins = {**advisories.lock_pins(lock.read_text(encoding="utf-8")), **advisories.load_pins(pin_files)}
+    found = advisories.problems(advisories.load_advisories(path), {**pins, "vllm": "0.7.3"})
+    assert any("CVE-2026-48746" in line and "no risk is accepted" in line for line in found), found
+
+
+def test_a_shared_entry_whose_id_is_not_in_the_shared_file_is_refused(tmp_path: Path) -> None:
+    (tmp_path / "base.yml").write_text("advisories: []\n", encoding="utf-8")
+    (tmp_path / "stack.yml").write_text(
+        "shared: base.yml\nadvisories:\n  - id: CVE-0000-0001\n    status: fixed-by-pin\n", encoding="utf-8"
+    )
+    found = advisories.problems(advisories.load_advisories(tmp_path / "stack.yml"), {})
+    assert found == ["CVE-0000-0001: missing package, affected, what, url"], found

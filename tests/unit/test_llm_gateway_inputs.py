@@ -182,7 +182,9 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
         < frontend.index("http-request deny deny_status 429 if { sc_http_req_rate(0) gt 200 }")
         < next(i for i, x in enumerate(frontend) if x.startswith("http-request return status 401"))
     )
-    assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index("option forwardfor")
+    written = "http-request set-header X-Forwarded-For %[src] unless { src 127.0.0.1 ::1 ::ffff:127.0.0.1 }"
+    assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index(written)
+    assert "option forwardfor" not in frontend
 
 
 def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_states():

@@ -291,3 +291,47 @@ def test_readme_topology_table_is_the_plan() -> None:
     for group in groups:
         result = plan_tool.plan(plan_tool.load_group_vars(group))
         assert rows[group] == plan_tool.readme_cells(result), (group, "regenerate README's row from `make plan`")
+
+
+# --- the stack a box runs (gpubox_stack, issue 33) ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("stack", "driver", "advisories"),
+    [
+        ("pinned-0.7.3", "NVIDIA driver R535", "roles/python_env/files/advisories.yml"),
+        ("lts-580", "NVIDIA driver R580", "advisories-vllm-0.32.0.yml"),
+    ],
+)
+def test_the_plan_names_the_stack_its_support_ends_and_open_advisories(
+    capsys: pytest.CaptureFixture[str], stack: str, driver: str, advisories: str
+) -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks
+
+    rc, out, err = run(capsys, "-l", "gpu_2x3090", "-e", f"gpubox_stack={stack}")
+    assert rc == 0, err
+    assert f"\nstack {stack}: " in out
+    assert f"  {driver}" in out and "  Ubuntu 22.04 standard support: " in out
+    count = stacks.open_advisories(stacks.get(stack))
+    assert f"  open advisories (accepted, unfixed): {count} (" in out and advisories in out
+    assert f"  engine: {stacks.get(stack).engine} " in out
+
+
+def test_a_bad_stack_is_refused_by_the_plan_naming_the_fact_and_the_allowed_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    rc, out, err = run(capsys, "-l", "gpu_2x3090", "-e", "gpubox_stack=lts-570")
+    assert rc == 1 and "nothing planned" in err and "stack " not in out
+    assert "ERROR: gpubox_stack must be one of pinned-0.7.3, lts-580, got 'lts-570'" in err
+
+
+def test_the_plan_models_the_engine_of_the_boxs_stack() -> None:
+    """A box on lts-580 is planned with vLLM's V1 engine, the pinned stack's with V0 (stacks.engine_of)."""
+    values = plan_tool.load_group_vars("gpu_2x3090")
+    pinned = plan_tool.plan(values)
+    lts = plan_tool.plan({**values, "gpubox_stack": "lts-580"})
+    assert (pinned["engine"], lts["engine"]) == ("v0", "v1")
+    # The two engines budget memory differently (V1: NCCL outside the budget, CUDA graphs inside it).
+    assert pinned["kv_cache_gib_per_gpu"] != lts["kv_cache_gib_per_gpu"]
+    # A name that is not a stack is refused by its own check; the plan meanwhile models the default engine.
+    assert plan_tool.plan({**values, "gpubox_stack": "lts-570"})["engine"] == "v0"

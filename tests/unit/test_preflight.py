@@ -530,6 +530,17 @@ def test_table_shows_checks_and_plan() -> None:
     assert ram.endswith("FAIL")
 
 
+@pytest.mark.parametrize("stack", ["pinned-0.7.3", "lts-580"])
+def test_table_names_the_stack_its_support_ends_and_open_advisories(stack: str) -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks
+
+    config = group_config("gpu_2x3090") | {"gpubox_stack": stack}
+    lines = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)["table"].splitlines()
+    assert lines[1:5] == stacks.summary_lines(stack)[:4]
+    assert lines[1].startswith(f"stack {stack}: ")
+    assert any(line.startswith("  open advisories (accepted, unfixed): ") for line in lines)
+
+
 def test_filter_plugin_exposes_gpubox_preflight() -> None:
     from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
 

@@ -329,3 +329,38 @@ def test_a_burst_of_one_tenant_gets_429_from_its_own_limit_and_not_the_other_ten
 def test_a_burst_without_a_key_is_all_401_and_fills_no_tenants_limit(host):
     statuses = _from(CLIENT, host, mode="burst", n=30, path="/v1/models")
     assert statuses == [401] * 30, statuses
+
+
+# --- the tenants' counts reach the metrics (roles/metrics: gpubox-tenant-metrics on a timer) ----------------------
+
+TENANT_TEXTFILE = "/var/lib/prometheus/node-exporter/gpubox_tenants.prom"
+_TENANT_SAMPLE = re.compile(r'^gpubox_front_door_requests_total\{code="(\dxx)",tenant="([^"]+)"\} (\d+)$')
+
+
+def _tenant_counts(host) -> tuple[dict[tuple[str, str], int], int]:
+    """One run of the collector now, as the timer's would be: ({(tenant, code): requests}, refused keys)."""
+    host.run_expect([0], "systemctl start gpubox-tenant-metrics.service")
+    text = host.file(TENANT_TEXTFILE).content_string
+    counts = {(m.group(2), m.group(1)): int(m.group(3)) for m in map(_TENANT_SAMPLE.match, text.splitlines()) if m}
+    (refused,) = [int(x.split()[1]) for x in text.splitlines() if x.startswith("gpubox_front_door_refused_keys_total ")]
+    assert "gpubox_front_door_log_readable 1" in text.splitlines(), text
+    return counts, refused
+
+
+def test_each_tenants_requests_and_the_refused_keys_reach_the_metrics(host):
+    # This file's requests so far: ops's and team-b's answered, ops's burst past its limit, the keyless 401s.
+    before, refused_before = _tenant_counts(host)
+    assert before[("ops", "2xx")] >= 1 and before[("ops", "4xx")] >= 1 and before[("team-b", "2xx")] >= 10, before
+    assert refused_before >= 34 and before[("(none)", "4xx")] >= 34, (refused_before, before)
+    # The access log stays as nginx's package keeps it: the collector reads it as group adm, nothing wider.
+    assert host.file(ACCESS_LOG).mode == 0o640 and host.file(ACCESS_LOG).group == "adm"
+    ops = _from(CLIENT, host, mode="burst", n=10, path="/v1/models", use_key=True)  # past ops's burst again
+    team_b = _from(CLIENT, host, mode="request", path="/v1/models", use_key=_key(tenant="team-b"))
+    keyless = _from(CLIENT, host, mode="burst", n=3, path="/v1/models")
+    assert team_b["status"] == 200 and keyless == [401] * 3, (team_b, keyless)
+    time.sleep(1)  # nginx writes a request's line after it answered
+    after, refused_after = _tenant_counts(host)
+    assert after[("ops", "2xx")] - before[("ops", "2xx")] == ops.count(200), (before, after, ops)
+    assert after[("ops", "4xx")] - before[("ops", "4xx")] == ops.count(429), (before, after, ops)
+    assert after[("team-b", "2xx")] - before[("team-b", "2xx")] == 1, (before, after)
+    assert refused_after - refused_before == 3

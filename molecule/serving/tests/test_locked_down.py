@@ -66,6 +66,23 @@ def test_unit_exposure_at_most_2_5_as_loaded(host, exposures, unit):
         assert f"/etc/systemd/system/{unit}.d/gpubox-hardening.conf" in props, props
 
 
+def test_the_tenant_counts_run_locked_down_and_succeed(host):
+    # gpubox-tenant-metrics (roles/metrics; oneshot on a timer, so inactive between runs): one run now, as the timer's
+    # would be, succeeds reading the www-data:adm 0640 log as group adm, with no capability.
+    host.run_expect([0], "systemctl start gpubox-tenant-metrics.service")
+    props = host.check_output("systemctl show -p Result -p CapabilityBoundingSet -p SupplementaryGroups %s",
+                              "gpubox-tenant-metrics.service")  # fmt: skip
+    assert "Result=success" in props and "SupplementaryGroups=adm" in props, props
+    assert "CapabilityBoundingSet=" in props.splitlines(), props  # none at all
+    # A log it could not open would still be a successful run: the textfile says whether it was read.
+    text = host.file("/var/lib/prometheus/node-exporter/gpubox_tenants.prom").content_string
+    assert "gpubox_front_door_log_readable 1" in text.splitlines(), text
+    report = host.check_output("systemd-analyze security --no-pager gpubox-tenant-metrics.service")
+    score = float(re.search(r"Overall exposure level for \S+: (\d+\.\d+)", report).group(1))
+    print(f"gpubox-tenant-metrics.service exposure {score:.1f}")
+    assert score <= MAX_EXPOSURE, report
+
+
 def test_nginx_reopens_its_logs_without_chown(host):
     # What logrotate's postrotate does: USR1 makes the master reopen the logs. It runs without CAP_CHOWN, so
     # the role keeps the front door's log owned as logrotate creates it (www-data:adm 0640), and nothing fails.

@@ -122,6 +122,21 @@ def test_textfile_gpubox_info_names_what_the_box_runs(host, scrape):
     assert only(scrape["node"], "gpubox_model_verified")[1] == 1
 
 
+def test_the_front_doors_requests_per_tenant_are_scraped(scrape):
+    # gpubox_tenants.prom (roles/metrics: gpubox-tenant-metrics), after test_front_door.py's requests: both tenants'
+    # answers, ops's burst past its limit, the keyless 401s under the label no tenant can be named.
+    requests = {
+        (labels["tenant"], labels["code"]): value
+        for name, labels, value in scrape["node"]
+        if name == "gpubox_front_door_requests_total"
+    }
+    assert requests[("ops", "2xx")] >= 1 and requests[("ops", "4xx")] >= 1 and requests[("team-b", "2xx")] >= 11
+    assert requests[("(none)", "4xx")] >= 37, requests
+    assert only(scrape["node"], "gpubox_front_door_refused_keys_total")[1] >= 37
+    assert only(scrape["node"], "gpubox_front_door_log_readable")[1] == 1
+    assert only(scrape["node"], "gpubox_front_door_log_lines_unparsed_total")[1] == 0
+
+
 def test_planned_and_actual_kv_cache_blocks_beside_vllms_own_figure(scrape):
     # Planned: the capacity planner on this scenario's inventory (tools/plan.py, as `make plan` prints it).
     with tempfile.TemporaryDirectory() as tmp:
