@@ -1,7 +1,7 @@
 """plugins/module_utils/tenant_metrics.py and roles/metrics/files/gpubox-tenant-metrics: the front door's access log
 counted per tenant and status class, incrementally, across rotation as Debian's logrotate does it (rename to .1,
 then a new file), truncation and half-written lines, with counters that never go down. The collector runs as a
-subprocess over real files; the real nginx writes the log in tests/unit/test_tenant_metrics_live.py."""
+subprocess over real files; the real nginx writes the log in tests/integration/test_tenant_metrics_live.py."""
 
 from __future__ import annotations
 
