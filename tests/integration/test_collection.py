@@ -149,7 +149,17 @@ def test_build_ships_the_plugins_and_roles_and_nothing_of_the_workspace(built: P
     assert not wanted - names, f"missing from the artifact: {sorted(wanted - names)}"
     assert {p.relative_to(ROOT).as_posix() for p in ROOT.glob("roles/*")} <= names
     workspace = (".venv/", ".git/", "collections/", ".cache/", ".ansible/", ".pytest_cache/", ".ruff_cache/")
-    harness = ("tests/", "molecule/", ".github/", ".ci/", ".config/", "bench/", "tools/", "inventories/demo/")
+    harness = (
+        "tests/",
+        "harness/",
+        "molecule/",
+        ".github/",
+        ".ci/",
+        ".config/",
+        "bench/",
+        "tools/",
+        "inventories/demo/",
+    )
     harness_files = {"Makefile", "pyproject.toml", "requirements-dev.lock", ".secrets.baseline", ".yamllint"}
     leaked = sorted(
         n
