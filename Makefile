@@ -15,19 +15,24 @@ export PY_COLORS := 0
 SCENARIOS ?= serving fleet day2_driver fleet_cache topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit vllm073 vllm032 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
+.PHONY: help venv lock lint unit integration vllm073 vllm032 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | vllm073 | vllm032 | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
+	@echo "make demo | test | lint | unit | integration | vllm073 | vllm032 | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --disable-pip-version-check -r requirements-dev.lock
 	touch $@
 
-# The venv sees this checkout's collection (ansible_collections.gpubox.gpubox) through a .pth file.
+# The venv sees this checkout's collection (ansible_collections.gpubox.gpubox) and its packages harness/
+# and bench/ (the simulators and helpers the tests, benches, molecule and `make demo` share) through .pth
+# files: the repository root goes after site-packages, so an installed package of the same name (molecule)
+# wins over a directory of the checkout, and nothing has to edit sys.path or be built to import them.
 venv: $(VENV)/.stamp
-	@echo "$(abspath collections)" > "$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')/gpubox-collection.pth"
+	@purelib="$$($(PY) -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')"; \
+	  echo "$(abspath collections)" > "$$purelib/gpubox-collection.pth"; \
+	  echo "$(abspath .)" > "$$purelib/gpubox-harness.pth"
 
 lock: ## re-resolve the tooling pins from pyproject.toml into requirements-dev.lock
 	rm -rf .lockvenv && python3 -m venv .lockvenv
@@ -60,10 +65,18 @@ $(GPUBOX_PROMTOOL):
 	rm -rf $(PROMTOOL_DIR) && mv $(PROMTOOL_DIR).tmp/root $(PROMTOOL_DIR) && rm -rf $(PROMTOOL_DIR).tmp
 	$(GPUBOX_PROMTOOL) --version | head -1
 
-# host-setup.sh: the host packages the unit tests use too (idempotent, quick when present).
+# tests/unit: no server, no venv or collection build, no network; under 2 minutes on a 2-core machine.
+# host-setup.sh: the host packages the tests use (idempotent, quick when present); a missing one fails its
+# test (tests/conftest.py), never skips it.
 unit: venv promtool
 	molecule/shared/host-setup.sh
-	pytest -q tests/unit
+	pytest -q -n auto tests/unit
+
+# tests/integration: real nginx and HAProxy on loopback, the test hub and apt repo served, podman boxes
+# (the image `make harness` builds), the collection built and installed, venvs made and cached.
+integration: venv promtool
+	molecule/shared/host-setup.sh
+	pytest -q tests/integration
 
 # The production command lines of both topologies, parsed by vLLM 0.7.3's own argument parser
 # (installs the real vLLM 0.7.3 stack, about 7 GB, into a cached venv).
@@ -78,26 +91,26 @@ vllm032: venv
 harness: venv
 	molecule/shared/host-setup.sh
 	molecule/shared/image/layer.sh "$$(molecule/shared/image/build.sh)"
-	$(PY) molecule/shared/aptrepo/build_repo.py --out $(GPUBOX_APTREPO) --cache $(CACHE)/aptrepo
+	$(PY) harness/aptrepo/build_repo.py --out $(GPUBOX_APTREPO) --cache $(CACHE)/aptrepo
 
 molecule: harness
 	$(PY) tools/run_scenarios.py --jobs $(JOBS) $(SCENARIOS)
 
-# The checks that need no box (lint, unit, vllm073) run beside the scenarios, their output in
+# The checks that need no molecule scenario (lint, unit, integration, vllm073, vllm032) run beside the scenarios, their output in
 # .cache/static.log (printed when they fail): most of their time is downloads and the scenarios' is CPU.
 # The harness comes first, so that both start from the same venv and host packages.
 STATIC_LOG := .cache/static.log
 test: harness
 	@mkdir -p $(dir $(STATIC_LOG))
-	@echo "make test: lint, unit, vllm073 and vllm032 beside the scenarios (log: $(STATIC_LOG))"
-	@$(MAKE) --no-print-directory lint unit vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
+	@echo "make test: lint, unit, integration, vllm073 and vllm032 beside the scenarios (log: $(STATIC_LOG))"
+	@$(MAKE) --no-print-directory lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
 	  rc=0; $(MAKE) --no-print-directory molecule || rc=$$?; \
-	  if wait $$static; then echo "make test: lint, unit, vllm073 and vllm032 passed"; \
-	  else rc=1; echo "make test: lint, unit, vllm073 or vllm032 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
+	  if wait $$static; then echo "make test: lint, unit, integration, vllm073 and vllm032 passed"; \
+	  else rc=1; echo "make test: lint, unit, integration, vllm073 or vllm032 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
 	  exit $$rc
 
 bench: venv
-	$(PY) tools/bench.py --out bench/results.md
+	$(PY) bench/report.py --out bench/results.md
 
 # Streams direct, through the front door and through the gateway (real nginx and HAProxy on loopback, the
 # engine stand-in), by our client (bench/proxy-load.json) and by guidellm (bench/guidellm-load.json; its own
@@ -107,7 +120,7 @@ bench-load: venv
 	$(PY) bench/proxy_load.py
 	$(PY) bench/guidellm_load.py
 	$(PY) bench/affinity_load.py
-	$(PY) tools/bench.py --out bench/results.md
+	$(PY) bench/report.py --out bench/results.md
 
 assertions: venv
 	$(PY) tools/list_assertions.py

@@ -5,10 +5,10 @@
                                   [--tokens 100-300] [--ttft-ms 50] [--itl-ms 25] [--variants default,...]
                                   [--placements 4] [--out bench/affinity-load.json]
 
-Three boxes on this machine's loopback, each the engine stand-in (TEST ONLY, molecule/shared/engine_standin,
+Three boxes on this machine's loopback, each the engine stand-in (TEST ONLY, harness/engine_standin,
 named gpubox-m-fleet-box1..3 as the fleet's boxes are, in the same order) behind nginx with roles/front_door's
 rendered file, and HAProxy with roles/llm_gateway's rendered file over the three. The load is the fleet
-scenario's own client and mix (molecule/fleet/stream_load.py: --clients streaming chats one after the other,
+scenario's own client and mix (harness/stream_load.py: --clients streaming chats one after the other,
 the first --hot-clients sharing the session "hot", the others spread over --sessions sessions); only the pace
 is quicker (--itl-ms), so that a minute holds several hundred streams instead of the fleet's sixty.
 
@@ -40,9 +40,8 @@ import threading
 import time
 from pathlib import Path
 
-sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1] / "molecule" / "fleet")]
-import proxy_load  # noqa: E402  (sets up the collection loader and live_proxies)
-import stream_load  # noqa: E402
+from bench import proxy_load  # sets up the collection loader and live_proxies
+from harness import stream_load
 
 live_proxies = proxy_load.live_proxies
 ROOT = proxy_load.ROOT

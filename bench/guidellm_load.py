@@ -13,7 +13,7 @@ when the time was up). Its own figures, read from its JSON report; nothing is me
 Its environment is its own: $GPUBOX_CACHE/guidellm-venv (made on the first run: guidellm 0.3.1 under
 bench/guidellm-constraints.txt; the releases after it that we read, 0.4.0, 0.5.0 and 0.8.1, require torch,
 which this machine can only fetch as a multi-GB CUDA build). Its tokenizer is the tiny test model's
-($GPUBOX_CACHE/tiny-model, made by molecule/shared/hub/make_tiny_model.py when missing). The key reaches it
+($GPUBOX_CACHE/tiny-model, made by harness/hub/make_tiny_model.py when missing). The key reaches it
 in its environment (GUIDELLM__OPENAI__API_KEY), never in argv; TLS is not verified (the rendered files' self-signed
 certificates). The stand-in (TEST ONLY) counts prompt words, not tokens, so guidellm's prompt-token column
 reads lower than asked; output tokens are exact. guidellm, the proxies and the stand-in share this machine's
@@ -31,9 +31,9 @@ import sys
 import tempfile
 from pathlib import Path
 
+from bench import proxy_load  # sets up the collection loader and live_proxies
+
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
-import proxy_load  # noqa: E402  (sets up the collection loader and live_proxies)
 
 live_proxies = proxy_load.live_proxies
 ROOT = proxy_load.ROOT
@@ -63,7 +63,7 @@ def tokenizer(tmp: Path) -> Path:
     if (cached / "tokenizer.json").exists():
         return cached
     made = tmp / "tiny-model"
-    maker = ROOT / "molecule" / "shared" / "hub" / "make_tiny_model.py"
+    maker = ROOT / "harness" / "hub" / "make_tiny_model.py"
     subprocess.run([str(VENV / "bin" / "python"), str(maker), str(made)], check=True)
     return made
 

@@ -18,7 +18,7 @@ flight at once, errors and truncated streams (a stream is whole when it ends wit
 What is real: nginx and HAProxy from Debian's archive, running the roles' own rendered configuration (their
 limits raised far above the load, since a limit refusing the load is policy, not overhead; nginx's
 worker_connections 8192 where the test default, 512, holds 255 streams). What is not: the engine is
-molecule/shared/engine_standin/standin.py (TEST ONLY: fixed TTFT and ITL, no model), and the client is ours
+harness/engine_standin/standin.py (TEST ONLY: fixed TTFT and ITL, no model), and the client is ours
 (asyncio, standard library): vLLM 0.7.3's wheel ships no benchmark client and the kept ones (vLLM's
 `vllm bench serve`, guidellm) need a torch install beside it. Client, proxies and stand-in share this
 machine's cores, so every figure includes their contention; on 2 cores that dominates at high levels.
@@ -46,11 +46,8 @@ from ansible.plugins.loader import init_plugin_loader  # noqa: E402
 
 if not any(type(finder).__name__ == "_AnsibleCollectionFinder" for finder in sys.meta_path):  # pytest's is set up
     init_plugin_loader(prefix_collections_path=[str(ROOT / "collections")])  # as tests/conftest.py does
-sys.path.insert(0, str(ROOT / "tests" / "unit"))
-sys.path.insert(0, str(ROOT / "molecule" / "shared" / "engine_standin"))
-import sse_client  # noqa: E402
-
-import live_proxies  # noqa: E402
+from harness import live_proxies  # noqa: E402
+from harness.engine_standin import sse_client  # noqa: E402
 
 KEY = live_proxies.GATEWAY_KEY
 # One tenant (its key: KEY, live_proxies' gpubox_api_key) whose limits a load never reaches.

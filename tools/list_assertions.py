@@ -8,9 +8,14 @@ the suite is restructured to see that none was dropped.
   base .config/molecule/config.yml's create/prepare/destroy unless its molecule.yml replaces them) and
   every playbook or task file under molecule/ they import or include: each assert task (one line per
   `that`), each `failed_when` and `until` condition, and each fail task's `when`;
-- Python under molecule/<scenario>/ and tests/unit (scenario `unit`): each pytest test function
+- Python under molecule/<scenario>/, tests/unit (scenario `unit`), tests/integration (scenario
+  `integration`) and the harness package harness/ (scenario `harness`): each pytest test function
   (`test function`), each `assert` statement and each `check(ok, what)` call (the suites converge.yml
   runs), named <file>::<function>.
+
+A test moved between tests/unit and tests/integration, or a helper moved into harness/, changes its
+scenario and file but not its function and condition: `--moved` prints the lines without the first two
+columns (and the file in the task's name), for a diff across such a move.
 
     python tools/list_assertions.py > before.tsv   # restructure, then again > after.tsv; diff them
 """
@@ -212,16 +217,30 @@ def list_assertions() -> list[str]:
         found += scenario_yaml_assertions(scenario_dir, base)
         for path in python_files(scenario_dir):
             found += python_assertions(path.read_text(), str(path.relative_to(ROOT)), scenario_dir.name)
-    for path in sorted((ROOT / "tests" / "unit").glob("*.py")):
-        found += python_assertions(path.read_text(), str(path.relative_to(ROOT)), "unit")
+    for scenario, where in (("unit", "tests/unit"), ("integration", "tests/integration")):
+        for path in sorted((ROOT / where).glob("*.py")):
+            found += python_assertions(path.read_text(), str(path.relative_to(ROOT)), scenario)
+    for path in python_files(ROOT / "harness"):
+        found += python_assertions(path.read_text(), str(path.relative_to(ROOT)), "harness")
     return [a.line() for a in sorted(found)]
+
+
+def without_place(line: str) -> str:
+    """A line of list_assertions() without its scenario and file: the same across a move between suites."""
+    _scenario, file, task, condition = line.split("\t", 3)
+    name = task.split("::", 1)[1] if task.startswith(file + "::") else "" if task == file else task
+    return f"{Path(file).name}::{name}\t{condition}" if name or task == file else f"{task}\t{condition}"
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, help="write the list here instead of printing it")
+    parser.add_argument("--moved", action="store_true", help="without scenario and directory (a diff across moves)")
     args = parser.parse_args(argv)
-    text = "".join(line + "\n" for line in list_assertions())
+    lines = list_assertions()
+    if args.moved:
+        lines = sorted(without_place(line) for line in lines)
+    text = "".join(line + "\n" for line in lines)
     if args.out:
         args.out.write_text(text)
     else:

@@ -1,5 +1,5 @@
 """The commands and YAML snippets the README's "Deploy to a real box" section and docs/day-two.md's "Changes
-to the inventory" section show, read from those files: tests/unit/test_readme_commands.py checks each one,
+to the inventory" section show, read from those files: tests/integration/test_readme_commands.py checks each one,
 molecule/serving/operator_suite.py runs them against a box.
 """
 

@@ -11,7 +11,7 @@ would not find it) runs the same configuration.
 While a scenario runs its output is read line by line and the start and end of each molecule action
 (destroy, syntax, create, prepare, converge, idempotence, side_effect, verify, ...) are timed. After
 the last scenario the times go to .cache/molecule-logs/times.json (or --times FILE), which
-`make bench` tables once copied to bench/scenario-times.json (tools/bench.py --record-times).
+`make bench` tables once copied to bench/scenario-times.json (bench/report.py --record-times).
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ BASELINE = ROOT / ".secrets.baseline"
 TEST_ONLY_KEYS = {
     "test-key-not-a-secret": "vault_gpubox_api_key of the simulated boxes (molecule/shared/group_vars/gpubox_sim.yml)",
     "tooshort-key": "vault_gpubox_api_key that refusals must refuse (molecule/refusals/host_vars)",
-    "unit-test-key-0123456789abcdef": "TEST_KEY of the unit tests (tests/unit/ansible_vars.py)",
+    "unit-test-key-0123456789abcdef": "TEST_KEY of the unit tests (harness/ansible_vars.py)",
     "plan-must-never-show-this-key-0123456789": "SECRET that make plan must never print (tests/unit/test_plan.py)",
 }
 EXCLUDE_SECRETS = "^(" + "|".join(re.escape(key) for key in TEST_ONLY_KEYS) + ")$"

@@ -5,7 +5,7 @@
 
 Two phases around the box's first converge, which is the crash suite's (molecule/serving/converge.yml):
 --phase fresh is step 0 on the fresh box; --phase day2 the rest on the converged, verified box. There
-the test hub in the box (molecule/shared/hub/server.py) is given a second commit of the model (the
+the test hub in the box (harness/hub/server.py) is given a second commit of the model (the
 tiny model made with another seed, --commit-dir) and a branch file, so that its branch `master` can
 move from commit A to commit B as an upstream push would. Against the box:
   0. site.yml --check --diff on the fresh box: no task fails, nothing is written (no lock entry, no

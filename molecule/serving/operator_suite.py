@@ -31,6 +31,7 @@ against the box's own certificate. Each step's output is in --out.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import pty
@@ -59,10 +60,10 @@ README_SERVED = "qwen14b"
 
 def _readme_code(project: Path) -> tuple[list[str], list[str]]:
     """The commands and the host snippet of README.md's "Deploy to a real box", in order."""
-    sys.path.insert(0, str(project / "tools"))
-    from readme_commands import SECTIONS, readme_code
-
-    return readme_code(SECTIONS[:1])
+    spec = importlib.util.spec_from_file_location("gpubox_readme_commands", project / "tools" / "readme_commands.py")
+    readme_commands = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(readme_commands)
+    return readme_commands.readme_code(readme_commands.SECTIONS[:1])
 
 
 class Suite:

@@ -5,7 +5,7 @@ set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 # python3-venv: the unit tests' modelscope client venv runs as an unprivileged user, so it is built on
 # Debian's /usr/bin/python3 (a pyenv Python under /root is out of that user's reach).
-# nginx, haproxy: tests/unit/test_front_door_live.py runs the rendered front door and gateway on loopback
+# nginx, haproxy: tests/integration/test_front_door_live.py runs the rendered front door and gateway on loopback
 # (their services are not started here: policy-rc.d says no while they install). curl, openssh-client: the
 # README's first request and its scp, which molecule/serving/operator_suite.py runs.
 need=(podman runc mmdebstrap dpkg-dev gnupg uidmap python3-venv nginx haproxy curl openssh-client)

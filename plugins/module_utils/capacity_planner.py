@@ -22,7 +22,7 @@ itself only when ``max_model_len > 32768`` (CUDA, no sliding window), and then
 ``max_num_batched_tokens`` defaults to 2048, otherwise to ``max(max_model_len, 2048)``.
 
 The two terms that cannot be read from a config are modelled physically and calibrated against the
-public start-up logs kept in tests/data/calibration/*.yml (``python tools/bench.py`` reports the fit):
+public start-up logs kept in tests/data/calibration/*.yml (``python bench/report.py`` reports the fit):
 
 * activation peak (bytes) = ``max(MLP live set, sampler live set)`` on the driver rank, the MLP live set
   alone on the other ranks. vLLM 0.7.3's ``profile_run`` (vllm/worker/model_runner.py ``_dummy_run``)
@@ -102,7 +102,7 @@ vllm/v1/core/kv_cache_utils.py) budgets memory differently from V0:
 
 The profiling run's activation peak is modelled with V0's terms (MLP live set over the batched tokens, the sampler
 over max_num_seqs x vocab); tests/data/calibration_v1/*.yml holds public V1 start-up logs with their sources and
-``python tools/bench.py`` reports the fit.
+``python bench/report.py`` reports the fit.
 
 Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
 ``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token

@@ -4,7 +4,7 @@ Pure functions on the standard library (no Ansible import), Python 3.9 like gpu_
 roles/metrics/files/gpubox-tenant-metrics loads this file from /usr/local/lib/gpubox (the gpu_check_library
 module installs it there), reads what the front door logged since its last run and writes what render() returns
 into node-exporter's textfile directory; tests/unit/test_tenant_metrics.py tests it, and
-tests/unit/test_tenant_metrics_live.py runs it over the real nginx's log.
+tests/integration/test_tenant_metrics_live.py runs it over the real nginx's log.
 
 The log's format is the front door's `gpubox_front_door` (roles/front_door/templates/gpubox-front-door.conf.j2):
 nginx's "combined" fields, then `tenant=<name or -> conn=<address>`. A line of any other shape is counted as

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import bench
+from bench import report as bench
 
 
 def phases(*pairs: tuple[str, float]) -> list[dict[str, object]]:
@@ -95,7 +95,7 @@ def test_record_times_copies_the_measured_run(tmp_path: Path) -> None:
 
 
 def test_results_md_ends_with_the_harness_figures_as_bench_writes_them() -> None:
-    """bench/results.md's last section is tools/bench.py's table of bench/harness-figures.json, so that
+    """bench/results.md's last section is bench/report.py's table of bench/harness-figures.json, so that
     `make bench` rewrites it unchanged; every figure has a date, a commit and both texts."""
     data = json.loads(bench.HARNESS_FIGURES.read_text())
     for figure in data["figures"]:

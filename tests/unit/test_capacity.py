@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-import bench
 import plan as plan_tool
 from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
+from bench import report as bench
 
 ROOT = Path(__file__).resolve().parents[2]
 

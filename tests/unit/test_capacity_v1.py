@@ -6,8 +6,8 @@ import statistics
 
 import pytest
 
-import bench
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
+from bench import report as bench
 
 LLAMA = "LLM-Research/Meta-Llama-3.1-8B-Instruct"
 CASES = bench.load_cases(bench.CALIBRATION_V1_DIR)

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 import yaml
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import preflight_checks, state_checks, vllm_cmdline
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 GPUBOX = ROOT / "roles" / "gpubox"

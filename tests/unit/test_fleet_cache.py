@@ -80,7 +80,7 @@ def test_nothing_is_derived_from_a_refused_url() -> None:
 
 
 def test_bench_says_not_measured_without_the_scenarios_results(tmp_path) -> None:
-    import bench
+    from bench import report as bench
 
     text = bench.fleet_cache_report(bench.ROOT / ".cache" / "no-such-results.json")
     assert "not measured" in text and "/ for 1 box:" not in text
@@ -89,7 +89,7 @@ def test_bench_says_not_measured_without_the_scenarios_results(tmp_path) -> None
 def test_bench_reports_the_measured_ratio(tmp_path) -> None:
     import json
 
-    import bench
+    from bench import report as bench
 
     path = bench.ROOT / ".cache" / "test-fleet-cache-results.json"
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -112,7 +112,7 @@ def test_bench_reports_the_fleet_waves_from_the_scenarios_record(tmp_path) -> No
     """make bench's fleet section is computed from what molecule/fleet wrote, wave by wave."""
     import json
 
-    import bench
+    from bench import report as bench
 
     wave = {"apt_upstream_bytes": "0", "pypi_upstream_bytes": "0", "models_upstream_bytes": "0"}
     converge = {

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import ansible_vars
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 

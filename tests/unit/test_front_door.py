@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import net_checks, state_checks
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST = "unit-front-door"

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks, tenants
+from harness import ansible_vars
 
 KEY_A = "team-a-key-0123456789abcdef"
 KEY_A2 = "team-a-next-key-0123456789"

@@ -19,15 +19,15 @@ from pathlib import Path
 
 import pytest
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers as g
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 REFERENCE = FIXTURES / "_reference" / "h200x2"
-REPLAY = ROOT / "molecule" / "shared" / "fakegpu" / "nvidia-smi"
-MAKE_SYSFS = ROOT / "molecule" / "shared" / "fakegpu" / "make_sysfs.py"
+REPLAY = ROOT / "harness" / "fakegpu" / "nvidia-smi"
+MAKE_SYSFS = ROOT / "harness" / "fakegpu" / "make_sysfs.py"
 GPU_CHECK = ROOT / "roles" / "gpu_tuning" / "files" / "gpubox-gpu-check"
 PROBE_SRC = ROOT / "roles" / "gpu_tuning" / "files" / "gpubox-p2p-probe.cu"
 BOXES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
@@ -594,7 +594,7 @@ def run_module(
     tmp_path: Path, args: str, module: str = "gpubox.gpubox.gpu_facts", check: bool = False, **extra: str
 ) -> dict:
     if _ansible() is None:
-        pytest.skip("ansible is not installed")
+        pytest.fail("ansible is not installed: make venv")
     env = sim_env("rtx3090x2-pcie", tmp_path / "simstate", **extra)
     return ansible_vars.run_module(module, args, tmp_path, check, env)
 
@@ -681,7 +681,7 @@ def test_library_module_refuses_a_missing_directory(tmp_path: Path) -> None:
 # --------------------------------------------------------------------------- the probe program
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not installed")
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="optional: no nvcc here (docs/testing.md)")
 def test_probe_compiles_and_reports_no_device_as_unavailable(tmp_path: Path) -> None:
     binary = tmp_path / "gpubox-p2p-probe"
     subprocess.run(["nvcc", "-O2", "-o", str(binary), str(PROBE_SRC)], check=True, capture_output=True)

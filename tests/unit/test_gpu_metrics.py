@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 REAL = FIXTURES / "_reference" / "h200x1"
 LOAD = FIXTURES / "_reference" / "h200x1-load"
-REPLAY = ROOT / "molecule" / "shared" / "fakegpu" / "nvidia-smi"
+REPLAY = ROOT / "harness" / "fakegpu" / "nvidia-smi"
 BOXES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
 
 # NVRM: Xid lines as public reports show them (the kernel log's own text; journalctl -o short-unix puts the time first).

@@ -4,7 +4,7 @@
 Real: the collector, its library, the files and state it writes, the commands it cannot run (a missing path, a file
 without the execute bit, a command that hangs, one that fails), /sys (no one may create a file there), promtool on
 the alert rules. Simulated, as everywhere in the suite, only the GPU side: nvidia-smi is the replay tool
-(molecule/shared/fakegpu/nvidia-smi) and a readable kernel log is a replay journalctl that serves a file the test
+(harness/fakegpu/nvidia-smi) and a readable kernel log is a replay journalctl that serves a file the test
 writes, with cursors, the way `journalctl -k -b -o short-unix --show-cursor -q` does (this machine's own journal
 has no kernel log to read: a container).
 """
@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR = ROOT / "roles" / "metrics" / "files" / "gpubox-gpu-metrics"
 LIB = ROOT / "plugins" / "module_utils"
 FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
-REPLAY = ROOT / "molecule" / "shared" / "fakegpu" / "nvidia-smi"
+REPLAY = ROOT / "harness" / "fakegpu" / "nvidia-smi"
 ALERTS = ROOT / "roles" / "metrics" / "files" / "prometheus" / "gpubox-alerts.yml"
 
 BOOT_LINES = [
@@ -177,7 +177,7 @@ def _the_alert_follows_the_collectors_gauge(tmp_path: Path, readable: list[float
     gone once 1. Catches a metric renamed on one side only."""
     promtool = os.environ.get("GPUBOX_PROMTOOL") or shutil.which("promtool")
     if not promtool:
-        pytest.skip("needs promtool (make promtool)")
+        pytest.fail("needs promtool: make promtool (GPUBOX_PROMTOOL names it)")
     assert readable == [1, 0, 0, 1]
     values = " ".join(f"{int(v)}x4" for v in readable)  # each run's value held for 5 samples, 1 minute apart
     test = {

@@ -1,22 +1,17 @@
 """bench/guidellm_load.py: the figures it reads from guidellm's own report (a real guidellm 0.3.1 report,
-trimmed, in tests/fixtures/guidellm), and the section tools/bench.py writes from a recorded run. The run
+trimmed, in tests/fixtures/guidellm), and the section bench/report.py writes from a recorded run. The run
 itself needs guidellm's own venv (made by the bench, not by a unit test): make bench-load."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
-import bench
+from bench import guidellm_load
+from bench import report as bench
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "guidellm" / "concurrent-8-standin.json"
-sys.path.insert(0, str(ROOT / "bench"))
-_spec = importlib.util.spec_from_file_location("gpubox_guidellm_load", ROOT / "bench" / "guidellm_load.py")
-guidellm_load = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(guidellm_load)
 
 
 def test_figures_are_guidellms_own_from_its_report() -> None:

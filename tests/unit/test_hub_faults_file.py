@@ -3,17 +3,11 @@ honest again by deleting the file, as molecule/serving's hostile-hub plays do)."
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import sys
 from pathlib import Path
 
-SERVER = Path(__file__).resolve().parents[2] / "molecule/shared/hub/server.py"
-spec = importlib.util.spec_from_file_location("gpubox_test_hub_server", SERVER)
-server = importlib.util.module_from_spec(spec)
-sys.modules[spec.name] = server  # dataclasses look their module up there
-spec.loader.exec_module(server)
+from harness.hub import server
 
 
 def test_a_removed_faults_file_clears_the_faults_it_set(tmp_path: Path) -> None:

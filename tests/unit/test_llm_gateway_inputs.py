@@ -135,7 +135,7 @@ def test_a_gateway_that_is_a_gpu_box_is_refused(tmp_path):
 
 def gateway_templar(knobs: dict | None = None):
     """The gateway host's templar and variables (the role's defaults and vars, one box), ``knobs`` over them."""
-    import ansible_vars
+    from harness import ansible_vars
 
     return ansible_vars.templar_for(
         "unit-gw",
@@ -207,7 +207,7 @@ def test_the_reload_saves_the_states_between_the_check_and_the_signal():
         "ExecStartPre=/bin/rm -f /run/gpubox-gateway/server-state",
         "ExecReload=",
         "ExecReload=/usr/sbin/haproxy -Ws -f $CONFIG -c -q $EXTRAOPTS",
-        "ExecReload=/usr/bin/python3 /usr/local/lib/gpubox/haproxy_save_state.py /run/gpubox-gateway/admin.sock "
-        "/run/gpubox-gateway/server-state",
+        "ExecReload=/usr/bin/python3 /usr/local/lib/gpubox/haproxy_runtime.py save-state "
+        "/run/gpubox-gateway/admin.sock /run/gpubox-gateway/server-state",
         "ExecReload=/bin/kill -USR2 $MAINPID",
     ]

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import lock_file, preflight_checks
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 A = "a" * 40

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import node_textfile
-from ansible_vars import run_module
+from harness.ansible_vars import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_LAYER = {

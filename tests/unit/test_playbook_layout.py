@@ -3,7 +3,7 @@
 site.yml names the stage playbooks it imports, in order; each stage playbook holds plays only (no
 further import), so every play of site.yml is written in the file site.yml names. No stage and no play
 is imported twice; the metrics role is set up by one play; the reboot gate is a play of its own, named
-so. Read from the YAML; tests/unit/test_tags.py reads the same from Ansible's --list-tasks.
+so. Read from the YAML; tests/integration/test_tags.py reads the same from Ansible's --list-tasks.
 """
 
 from __future__ import annotations

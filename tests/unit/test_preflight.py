@@ -2,7 +2,7 @@
 
 Healthy hosts are built from the nvidia-smi fixtures (tests/fixtures/nvidia-smi/<box>/), parsed with
 gpubox_gpu exactly as the gpubox.gpubox.gpu_facts module does; the sysfs view is written to a temporary
-directory with molecule/shared/fakegpu/make_sysfs.py (the GPU edge is the only thing simulated).
+directory with harness/fakegpu/make_sysfs.py (the GPU edge is the only thing simulated).
 """
 
 from __future__ import annotations
@@ -18,13 +18,13 @@ from typing import Any, Callable
 import pytest
 import yaml
 
-import ansible_vars
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     gpu_parsers,
     model_catalog,
     preflight_checks,
     store_layout,
 )
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,7 +42,7 @@ def _load_by_path(name: str, path: Path) -> Any:
     return module
 
 
-make_sysfs = _load_by_path("make_sysfs_under_test", ROOT / "molecule" / "shared" / "fakegpu" / "make_sysfs.py")
+make_sysfs = _load_by_path("make_sysfs_under_test", ROOT / "harness" / "fakegpu" / "make_sysfs.py")
 
 
 @functools.cache
@@ -660,7 +660,7 @@ def test_tiny_model_facts_match_the_generated_model(tmp_path: Path) -> None:
     import subprocess
 
     subprocess.run(
-        [sys.executable, str(ROOT / "molecule" / "shared" / "hub" / "make_tiny_model.py"), str(tmp_path / "m")],
+        [sys.executable, str(ROOT / "harness" / "hub" / "make_tiny_model.py"), str(tmp_path / "m")],
         check=True,
         capture_output=True,
     )

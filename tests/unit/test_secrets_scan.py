@@ -30,6 +30,7 @@ def scan(tmp_path: Path, text: str, name: str = "planted.yml") -> list[tuple[str
         # a letter first: a key that starts with "-" reads as another YAML token to the keyword detector
         ("vault_gpubox_api_key: k" + secrets.token_urlsafe(24) + "\n", "Secret Keyword"),
     ],
+    ids=["AWS Access Key", "Private Key", "Secret Keyword"],  # the key is random: the same ids on every worker
 )
 def test_a_planted_secret_fails_the_scan(tmp_path: Path, text: str, kind: str) -> None:
     findings = scan(tmp_path, "# planted by a test\n" + text)

@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks, state_checks
-from ansible_vars import render
+from harness.ansible_vars import render
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ("gpubox", "nvidia_driver", "cuda_toolkit", "python_env")
@@ -281,7 +281,7 @@ def test_the_gpu_collector_judges_xids_by_the_catalog_of_the_stacks_driver_branc
     GSP and recovery Xids); metrics_gpu_fatal_xids, when set, still names the fatal set itself."""
     from ansible.template import trust_as_template
 
-    from ansible_vars import templar_for
+    from harness.ansible_vars import templar_for
 
     extra_vars = {"ansible_managed": "test", **extra, **({"gpubox_stack": stack} if stack else {})}
     templar, _ = templar_for("unit-gpu_2x3090", roles=("gpubox", "metrics"), extra_vars=extra_vars,

@@ -1,7 +1,7 @@
 """plugins/module_utils/tenant_metrics.py and roles/metrics/files/gpubox-tenant-metrics: the front door's access log
 counted per tenant and status class, incrementally, across rotation as Debian's logrotate does it (rename to .1,
 then a new file), truncation and half-written lines, with counters that never go down. The collector runs as a
-subprocess over real files; the real nginx writes the log in tests/unit/test_tenant_metrics_live.py."""
+subprocess over real files; the real nginx writes the log in tests/integration/test_tenant_metrics_live.py."""
 
 from __future__ import annotations
 
@@ -248,7 +248,7 @@ def test_the_textfile_holds_every_counter_and_promtool_reads_it(tmp_path: Path) 
     assert samples[("gpubox_front_door_log_readable", ())] == "1"
     promtool = os.environ.get("GPUBOX_PROMTOOL") or shutil.which("promtool")
     if promtool is None:
-        pytest.skip("promtool is not installed (make promtool)")
+        pytest.fail("promtool is not installed: make promtool (GPUBOX_PROMTOOL names it)")
     out = subprocess.run([promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False)
     assert out.returncode == 0, out.stdout + out.stderr + text
 
@@ -320,7 +320,7 @@ def test_an_unwritable_textfile_directory_is_named_before_anything_is_written(tm
 
 
 def test_the_library_module_installs_what_the_collector_loads_alone(tmp_path: Path) -> None:
-    import ansible_vars
+    from harness import ansible_vars
 
     lib = tmp_path / "lib"
     lib.mkdir()

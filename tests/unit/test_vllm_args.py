@@ -1,6 +1,6 @@
 """Tests of the vLLM 0.7.3 command-line renderer (plugins/module_utils/vllm_cmdline.py).
 
-The state comes from the real inventory and roles as Ansible resolves them (tests/unit/ansible_vars.py:
+The state comes from the real inventory and roles as Ansible resolves them (harness/ansible_vars.py:
 gpubox defaults < group_vars < extra vars, templated through the gpubox.gpubox.desired_state lookup),
 so a wrong mapping from gpubox_* facts to flags fails here. tests/vllm073 feeds the same command
 lines to vLLM's own parser.
@@ -19,7 +19,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import 
     systemd_quote_arg,
     vllm_args,
 )
-from ansible_vars import render
+from harness.ansible_vars import render
 
 TOPOLOGIES = ("gpu_2x3090", "gpu_4x4090")
 

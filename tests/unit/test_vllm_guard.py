@@ -325,7 +325,7 @@ def test_the_guard_defaults_are_the_role_defaults() -> None:
 
 def test_the_role_writes_the_settings_the_guard_reads() -> None:
     """The role's settings dict (vars/main.yml), templated by Ansible, passes the guard's own check unchanged."""
-    from ansible_vars import render
+    from harness.ansible_vars import render
 
     config = render("gpu-box", "__vllm_service_guard_config", roles=("gpubox", "vllm_service"))
     assert guard.check_config(config) == guard.DEFAULTS

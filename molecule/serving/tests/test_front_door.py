@@ -211,7 +211,7 @@ def test_streaming_arrives_in_more_than_one_chunk(host):
     # stream also reads it in bursts (a CI run with the fleet lane converging beside it saw 21, 1 and 2 gaps):
     # up to 6 attempts, 2 s apart, one must show the stream arriving piece by piece. The same property,
     # proven without timing noise (a paced stand-in engine, and failing with proxy_buffering on), is
-    # tests/unit/test_engine_standin.py's.
+    # tests/integration/test_engine_standin.py's.
     seen = []
     for attempt in range(6):
         if attempt:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import functools
 import importlib.util
 import re
 import sys
@@ -72,6 +73,7 @@ STATUSES = ("fixed-by-pin", "accepted-risk")
 REQUIRED = ("id", "package", "affected", "what", "url", "status")
 
 
+@functools.cache  # loaded once: canonical() runs for every name of every file (it compiled the module each time)
 def _pins_module() -> Any:
     spec = importlib.util.spec_from_file_location("gpubox_pins", FILES / "gpubox_pins.py")
     assert spec and spec.loader

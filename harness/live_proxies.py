@@ -1,0 +1,285 @@
+"""The front door (nginx) and the gateway (HAProxy) run on loopback from the roles' own rendered files.
+
+Used by tests/integration/test_front_door_live.py and by bench/proxy_load.py (the load through both). The files
+are the roles' templates rendered by Ansible's templar over the roles' defaults (ansible_vars.py), with
+the knobs a caller gives; only what a test on loopback cannot have is changed (no chroot or user switch for
+HAProxy, nginx's pid, logs and temp paths in the caller's directory). Missing binaries raise Missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from harness import ansible_vars
+
+ROOT = Path(__file__).resolve().parents[1]
+GATEWAY = "127.0.0.1"
+GATEWAY_KEY = "live-gateway-key-0123456789"
+# vLLM's own key, for a test that tells it from the tenants' keys (start_front_door(engine_key=ENGINE_KEY)).
+ENGINE_KEY = "live-engine-key-only-the-front-door-holds"
+ENGINE_KEY_TOOL = ROOT / "roles" / "front_door" / "files" / "gpubox-engine-key"
+STANDIN = ROOT / "harness" / "engine_standin" / "standin.py"
+# The one client of HAProxy's sockets: the script roles/llm_gateway installs on the gateway, imported here.
+RUNTIME_CLIENT = ROOT / "roles" / "llm_gateway" / "files" / "haproxy_runtime.py"
+_spec = importlib.util.spec_from_file_location("gpubox_haproxy_runtime", RUNTIME_CLIENT)
+haproxy_runtime = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(haproxy_runtime)
+
+
+class Missing(Exception):
+    """nginx, haproxy or openssl is not installed (Debian's packages)."""
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def render(host: str, role: str, template: str, roles: tuple[str, ...], groups: tuple[str, ...], extra: dict) -> str:
+    from ansible.template import trust_as_template
+
+    templar, _ = ansible_vars.templar_for(
+        host, roles=roles, groups=groups, extra_vars={"ansible_managed": "managed by a test", **extra}
+    )
+    return templar.template(trust_as_template((ROOT / "roles" / role / "templates" / template).read_text()))
+
+
+def self_signed(tmp: Path, name: str = "localhost") -> tuple[Path, Path]:
+    cert, key = tmp / "tls.crt", tmp / "tls.key"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes", "-days", "1",
+         "-subj", f"/CN={name}", "-addext", f"subjectAltName=DNS:{name},IP:127.0.0.1",
+         "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key
+
+
+def wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise AssertionError(f"{what} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.2):
+                return
+        except OSError:
+            time.sleep(0.05)
+    raise AssertionError(f"{what} does not listen on {port}")
+
+
+def unverified_tls() -> ssl.SSLContext:
+    """A client context that does not check the rendered files' self-signed certificates (and loads no CA)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def start_standin(
+    ttft_ms: float, itl_ms: float, box_name: str = "", health_delay_ms: float = 0, key: str = GATEWAY_KEY
+) -> tuple[subprocess.Popen, int]:
+    """The engine stand-in (TEST ONLY, harness/engine_standin) on a free loopback port, keyed ``key`` (the
+    key a front door started with the same engine key sends it; GATEWAY_KEY, also the default tenant's key, so
+    that a load may go to it directly or through the front door);
+    ``box_name``: its x-gpubox-standin-host header (the hostname when empty); ``health_delay_ms``: how late it
+    answers /health."""
+    port = free_port()
+    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+    argv += ["--box-name", box_name] if box_name else []
+    argv += ["--health-delay-ms", str(health_delay_ms)] if health_delay_ms else []
+    env = dict(os.environ, VLLM_API_KEY=key)
+    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(port, proc, "the engine stand-in")
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, port
+
+
+def nginx_binary() -> str:
+    nginx = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+    if nginx is None or shutil.which("openssl") is None:
+        raise Missing("nginx (Debian's package) and openssl are needed to run the front door on loopback")
+    return nginx
+
+
+def render_front_door(tmp: Path, engine: int, port: int, knobs: dict, engine_key: str = GATEWAY_KEY) -> dict[str, str]:
+    """The front door's files as the role renders them into ``tmp`` (``knobs`` over the role's defaults; the default
+    tenant's key is GATEWAY_KEY): {"conf": the public file, "tenants": the root-only key map}. The engine's key
+    include is written by the role's own tool (files/gpubox-engine-key) from tmp/engine.key (``engine_key`` unless
+    a key file is there already; GATEWAY_KEY by default, the stand-in's key)."""
+    cert, key = tmp / "tls.crt", tmp / "tls.key"
+    values = {
+        "gpubox_front_door_port": port,
+        "gpubox_port": engine,
+        "vault_gpubox_api_key": GATEWAY_KEY,
+        "front_door_ipv6": False,
+        "front_door_gateway_networks": [f"{GATEWAY}/32"],
+        "__front_door_cert": str(cert),
+        "__front_door_key": str(key),
+        "__front_door_access_log": str(tmp / "access.log"),
+        "__front_door_tenants_conf": str(tmp / "tenants.conf"),
+        "__front_door_engine_conf": str(tmp / "engine-key.conf"),
+        **knobs,
+    }
+    out = {
+        name: render("unit-front-door-live", "front_door", template, ("gpubox", "front_door"), ("gpu_2x3090",), values)
+        for name, template in (("conf", "gpubox-front-door.conf.j2"), ("tenants", "gpubox-tenants.conf.j2"))
+    }
+    if not (tmp / "engine.key").exists():
+        (tmp / "engine.key").write_text(engine_key + "\n")
+    tool = [sys.executable, str(ENGINE_KEY_TOOL), str(tmp / "engine.key"), str(tmp / "engine-key.conf")]
+    subprocess.run(tool, check=True, capture_output=True)
+    return out
+
+
+def write_front_door(
+    tmp: Path,
+    engine: int,
+    port: int,
+    knobs: dict,
+    edit: Callable[[str], str] | None = None,
+    engine_key: str = GATEWAY_KEY,
+) -> None:
+    """(Re)write the rendered front door files in ``tmp`` (a reload then reads them)."""
+    files = render_front_door(tmp, engine, port, knobs, engine_key)
+    (tmp / "tenants.conf").write_text(files["tenants"])
+    (tmp / "front-door.conf").write_text(edit(files["conf"]) if edit else files["conf"])
+
+
+def start_front_door(
+    tmp: Path,
+    engine: int,
+    knobs: dict,
+    worker_connections: int | None = None,
+    edit: Callable[[str], str] | None = None,
+    name: str = "localhost",
+    engine_key: str = GATEWAY_KEY,
+) -> tuple[subprocess.Popen, int]:
+    """nginx with the rendered front door files (``knobs`` over the role's defaults), listening on loopback.
+    ``worker_connections``: nginx's events setting (its default, 512, holds 255 proxied streams); ``edit``: a
+    change to the rendered file, for a test that shows what the file's own setting prevents; ``name``: the
+    box's name in its certificate (tmp/tls.crt), which the gateway checks. The port is in tmp/port; a reload:
+    write_front_door() again, then reload(proc)."""
+    nginx = nginx_binary()
+    tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
+    self_signed(tmp, name)
+    port = free_port()
+    (tmp / "port").write_text(str(port))
+    write_front_door(tmp, engine, port, knobs, edit, engine_key)
+    temp_paths = "".join(
+        f"    {kind}_temp_path {tmp}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
+    )
+    events = f" worker_connections {worker_connections}; " if worker_connections else ""
+    (tmp / "nginx.conf").write_text(
+        f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log notice;\n"
+        f"events {{{events}}}\nhttp {{\n{temp_paths}    include {tmp}/front-door.conf;\n}}\n"
+    )
+    proc = subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(port, proc, "nginx")
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, port
+
+
+def reload(proc: subprocess.Popen, tmp: Path) -> None:
+    """nginx's reload (SIGHUP to the master, as `systemctl reload nginx` sends), after `nginx -t` passes."""
+    check = subprocess.run(
+        [nginx_binary(), "-t", "-q", "-p", str(tmp), "-c", str(tmp / "nginx.conf")], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    proc.send_signal(signal.SIGHUP)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.terminate()
+    try:
+        proc.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait(timeout=10)
+
+
+def haproxy_cli(path: Path, command: str) -> str:
+    """One command on an HAProxy unix socket (the runtime API or the master CLI) and its whole answer."""
+    return haproxy_runtime.ask(str(path), command)
+
+
+def haproxy_binary() -> str:
+    haproxy = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+    if haproxy is None:
+        raise Missing("haproxy (Debian's package) is needed to run the gateway on loopback")
+    return haproxy
+
+
+def start_gateway(
+    tmp: Path,
+    box_port: int,
+    box_cert: Path,
+    knobs: dict,
+    log: Path | None = None,
+    boxes: list[tuple[str, int, Path]] | None = None,
+    keys: list[str] | None = None,
+) -> tuple[subprocess.Popen, int]:
+    """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
+    ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts (its pattern file;
+    [GATEWAY_KEY] when not given).
+    ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
+    it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
+    haproxy = haproxy_binary()
+    tmp.mkdir(parents=True, exist_ok=True)
+    cert, key = self_signed(tmp)
+    (tmp / "tls.pem").write_bytes(cert.read_bytes())
+    (tmp / "tls.pem.key").write_bytes(key.read_bytes())
+    (tmp / "keys.lst").write_text("".join(key + "\n" for key in keys or [GATEWAY_KEY]))
+    boxes = boxes or [("localhost", box_port, box_cert)]
+    for name, _, crt in boxes:
+        (tmp / f"{name}.crt").write_bytes(crt.read_bytes())
+    port = free_port()
+    conf = render(
+        "unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), ("fleet_cache",),
+        {
+            "llm_gateway_port": port,
+            "llm_gateway_bind_address": "127.0.0.1",
+            "llm_gateway_check_interval_ms": 200,
+            "__llm_gateway_servers": [{"name": name, "address": "127.0.0.1", "port": p} for name, p, _ in boxes],
+            "__llm_gateway_cert": str(tmp / "tls.pem"),
+            "__llm_gateway_keys_file": str(tmp / "keys.lst"),
+            "__llm_gateway_backend_ca_dir": str(tmp),
+            "__llm_gateway_socket": str(tmp / "admin.sock"),
+            "__llm_gateway_state_file": str(tmp / "server-state"),
+            **knobs,
+        },
+    )  # fmt: skip
+    # Not what is tested, and a test may not run as root: no chroot, no switch of user.
+    conf = "\n".join(line for line in conf.splitlines() if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
+    (tmp / "haproxy.cfg").write_text(conf + "\n")
+    check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+    argv = [haproxy, "-db", "-f", str(tmp / "haproxy.cfg")]
+    if log is not None:
+        with log.open("w") as out:
+            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+    else:
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for(port, proc, "haproxy")
+    except BaseException:
+        stop(proc)
+        raise
+    return proc, port

@@ -1,0 +1,171 @@
+#!/usr/bin/python3
+"""gpubox's one client of HAProxy's unix sockets (the runtime API and the master CLI), roles/llm_gateway.
+
+    haproxy_runtime.py ask SOCKET COMMAND
+    haproxy_runtime.py old-workers MASTER_SOCKET
+    haproxy_runtime.py stat ADMIN_SOCKET BACKEND
+    haproxy_runtime.py wait-drained ADMIN_SOCKET MASTER_SOCKET BACKEND SERVER TIMEOUT_S
+    haproxy_runtime.py save-state ADMIN_SOCKET STATE_FILE
+
+The role installs it on the gateway (root only: both sockets are mode 0600) and its tasks, the unit's
+reload and the tests run it; the tests import it. Standard library only, Python 3.9 and later.
+
+- ask: one command and HAProxy's whole answer.
+- old-workers: how many workers of a previous configuration are left (`show proc`, "# old workers"): a
+  worker that has not soft-stopped keeps accepting connections, out of reach of the runtime API.
+- stat: the servers of BACKEND as JSON, {server: {"status", "requests", "in_flight"}} (requests: the HTTP
+  responses it gave, by class; stot counts server-side connections, which HAProxy reuses).
+- wait-drained: poll every 0.2 s until SERVER has no request in flight (scur, a stream counts until its
+  last byte) and the master lists no old worker, at most TIMEOUT_S; print what it saw as JSON. The bound
+  itself is no failure (the rebuild reports it and goes on); a socket refused during a reload is asked again.
+- save-state: run by haproxy.service's ExecReload (the drop-in gpubox-server-state.conf) before the master
+  is told to reload: `show servers state` (which boxes are drained or in maintenance, their health) goes to
+  STATE_FILE, written whole (a temporary file renamed over it), and `load-server-state-from-file global`
+  makes the new worker start from it. Without it a reload puts every box back in the pool, a box drained
+  for its rebuild included. When HAProxy does not answer (not running yet), nothing is written and the
+  reload goes on (exit 0).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import sys
+import time
+
+ANSWERED = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx", "hrsp_other")
+
+
+def ask(path: str, command: str, timeout: float = 5.0) -> str:
+    """One command on an HAProxy unix socket and its whole answer (HAProxy closes after it)."""
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(timeout)
+        sock.connect(str(path))
+        sock.sendall(command.encode() + b"\n")
+        sock.shutdown(socket.SHUT_WR)
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data.decode()
+            data += chunk
+
+
+def old_workers(show_proc: str) -> int:
+    """The workers `show proc` lists under "# old workers"."""
+    section, old = "", 0
+    for line in show_proc.splitlines():
+        if line.startswith("#"):
+            section = line.strip()
+        elif line.strip() and section == "# old workers":
+            old += 1
+    return old
+
+
+def stat_rows(show_stat: str) -> list[dict[str, str]]:
+    """`show stat` (CSV, its header line starting with "# ") as one dict per row."""
+    lines = show_stat.splitlines()
+    if not lines or not lines[0].startswith("# "):
+        raise ValueError(f"not an answer of `show stat`: {show_stat[:80]!r}")
+    head = lines[0][2:].split(",")
+    return [dict(zip(head, line.split(","))) for line in lines[1:] if line]
+
+
+def servers(show_stat: str, backend: str) -> dict[str, dict[str, object]]:
+    """{server: {status, requests, in_flight}} of one backend (its BACKEND summary row aside)."""
+    return {
+        row["svname"]: {
+            "status": row["status"],
+            "requests": sum(int(row.get(k) or 0) for k in ANSWERED),
+            "in_flight": int(row.get("scur") or 0),
+        }
+        for row in stat_rows(show_stat)
+        if row.get("pxname") == backend and row.get("svname") != "BACKEND"
+    }
+
+
+def in_flight(show_stat: str, backend: str, server: str) -> int:
+    found = servers(show_stat, backend)
+    if server not in found:
+        raise LookupError(f"server {backend}/{server} is not in the runtime API's stats (servers: {sorted(found)})")
+    return int(found[server]["in_flight"])  # type: ignore[call-overload]
+
+
+def wait_drained(admin: str, master: str, backend: str, server: str, limit: float, poll: float = 0.2) -> dict:
+    start = time.monotonic()
+    first: int | None = None
+    left: int | None = None
+    old: int | None = None
+    while True:
+        try:
+            left, old = in_flight(ask(admin, "show stat"), backend, server), old_workers(ask(master, "show proc"))
+        except OSError:  # a reload re-executes the master and rebinds the sockets: ask again
+            left = old = None
+        if first is None:
+            first = left
+        if (left == 0 and old == 0) or time.monotonic() - start >= limit:
+            break
+        time.sleep(poll)
+    return {
+        "seconds": round(time.monotonic() - start, 1),
+        "in_flight_at_drain": first,
+        "in_flight_left": left,
+        "old_workers_left": old,
+        "timed_out": not (left == 0 and old == 0),
+        "timeout_s": limit,
+    }
+
+
+def save_state(admin: str, dest: str) -> str:
+    """Write `show servers state` to dest whole; what happened, in one line."""
+    try:
+        data = ask(admin, "show servers state")
+    except OSError as exc:
+        return f"no state saved ({admin}: {exc})"
+    if not data.startswith("1\n"):  # the state file format's version line
+        return f"no state saved (unexpected answer: {data[:80]!r})"
+    tmp = f"{dest}.tmp"
+    with open(tmp, "w", encoding="utf-8") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+    os.replace(tmp, dest)
+    return f"saved to {dest}"
+
+
+USAGE = {"ask": 2, "old-workers": 1, "stat": 2, "wait-drained": 5, "save-state": 2}
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[1] not in USAGE or len(argv) != USAGE[argv[1]] + 2:
+        print(__doc__, file=sys.stderr)
+        return 2
+    command, args = argv[1], argv[2:]
+    if command == "save-state":
+        said = save_state(args[0], args[1])
+        if not said.startswith("saved"):
+            print(f"haproxy_runtime save-state: {said}", file=sys.stderr)
+        return 0
+    try:
+        if command == "ask":
+            print(ask(args[0], args[1]).strip())
+        elif command == "old-workers":
+            print(old_workers(ask(args[0], "show proc")))
+        elif command == "stat":
+            print(json.dumps(servers(ask(args[0], "show stat"), args[1]), sort_keys=True))
+        else:
+            try:
+                limit = float(args[4])
+            except ValueError:
+                print(f"haproxy_runtime wait-drained: TIMEOUT_S is {args[4]!r}: give seconds, e.g. 60", file=sys.stderr)
+                return 2
+            print(json.dumps(wait_drained(args[0], args[1], args[2], args[3], limit)))
+    except (OSError, LookupError, ValueError) as exc:
+        print(f"haproxy_runtime {command}: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))

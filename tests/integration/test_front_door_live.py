@@ -1,0 +1,595 @@
+"""The front door's and the gateway's rendered files, run by the real nginx and HAProxy on loopback.
+
+Skipped where the binary is missing (Debian's packages: apt-get install nginx haproxy). A tiny Python HTTP
+server stands in for vLLM and logs every request it gets (its access log): what the front door refuses must
+not be there. 127.0.0.2 plays the gateway (front_door_gateway_networks: its exact address), 127.0.0.3 a client
+that connects directly; the clients behind the gateway are documentation addresses in X-Forwarded-For.
+Tenants (gpubox_tenants) with small limits: one request a minute with no burst, one stream, 1k bodies. Proves:
+
+- no key, a wrong key, a key in the wrong case, another scheme, a retired key: 401 from the front door
+  (OpenAI-style JSON, WWW-Authenticate: Bearer), and the engine's log shows none of them;
+- a known key reaches the engine carrying the engine's own key (never the client's), with the URI it sent;
+- each tenant is limited on its name: its second key shares its limit, another tenant does not, a client
+  address (X-Forwarded-For) changes nothing; streams in flight and body size per tenant, chunked too;
+- /metrics and /health answer the connection's own address, whatever X-Forwarded-For says (control: the
+  same request against a file that reads the rewritten address is let in); a forwarded loopback address is
+  refused (400); the access log names the tenant, never a key;
+- a key rotation (add, converge, retire, converge: two nginx reloads) under 32 streams drops none;
+- HAProxy (when installed) replaces a client's X-Forwarded-For with the address it saw, limits each client
+  with its stick table, refuses an unknown key itself, and answers its own errors (429, 401, 404, 503) in JSON.
+"""
+
+from __future__ import annotations
+
+import http.client
+import http.server
+import json
+import shutil
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import live_proxies
+
+ROOT = Path(__file__).resolve().parents[2]
+GATEWAY = "127.0.0.2"
+STRANGER = "127.0.0.3"
+ENGINE_KEY = live_proxies.ENGINE_KEY
+OPS_KEY = live_proxies.GATEWAY_KEY  # gpubox_api_key: the tenant "ops"
+SLOW_KEYS = ("slow-tenant-key-0123456789", "slow-tenant-next-key-0123456789")
+FAST_KEY = "fast.tenant+key/0123456789=="
+ONE_STREAM_KEY = "one-stream-key-0123456789ab"
+SMALL_BODY_KEY = "small-body-key-0123456789ab"
+TENANTS = [
+    {"name": "ops", "keys": [OPS_KEY], "requests_per_s": 1000, "burst": 1000},
+    {"name": "slow", "keys": list(SLOW_KEYS), "requests_per_s": 1, "burst": 0},
+    {"name": "fast", "keys": [FAST_KEY], "requests_per_s": 1000, "burst": 1000, "body_max": "4k"},
+    {"name": "one-stream", "keys": [ONE_STREAM_KEY], "requests_per_s": 1000, "burst": 1000, "streams": 1},
+    {"name": "small-body", "keys": [SMALL_BODY_KEY], "requests_per_s": 1000, "burst": 1000, "body_max": "1k"},
+]
+
+
+def _free_port() -> int:
+    return live_proxies.free_port()
+
+
+def _self_signed(tmp: Path) -> tuple[Path, Path]:
+    return live_proxies.self_signed(tmp)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    live_proxies.stop(proc)
+
+
+def _start_front_door(tmp: Path, engine: int, knobs: dict, **kwargs: Any) -> tuple[subprocess.Popen, int]:
+    try:
+        return live_proxies.start_front_door(tmp, engine, knobs, **kwargs)
+    except live_proxies.Missing as exc:
+        pytest.fail(str(exc))
+
+
+def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tuple[subprocess.Popen, int]:
+    try:
+        return live_proxies.start_gateway(tmp, box_port, box_cert, knobs)
+    except live_proxies.Missing as exc:
+        pytest.fail(str(exc))
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    """vLLM's stand-in: 200 with what it got (path, forwarding headers, Authorization, body length), 503 on
+    /v1/unavailable, a 2 s answer on /v1/slow; every request is appended to the server's ``seen`` (its log)."""
+
+    def _answer(self) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body_len = len(self.rfile.read(length)) if length else 0
+        seen = {
+            "path": self.path,
+            "x_real_ip": self.headers.get("X-Real-IP"),
+            "xff": self.headers.get_all("X-Forwarded-For"),
+            "host": self.headers.get("Host"),
+            "authorization": self.headers.get("Authorization"),
+            "body_len": body_len,
+        }
+        self.server.seen.append(seen)  # type: ignore[attr-defined]
+        if self.path.startswith("/v1/slow"):
+            time.sleep(2)
+        status = 503 if self.path == "/v1/unavailable" else 200
+        body = json.dumps(seen).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = _answer
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def engine() -> Iterator[http.server.ThreadingHTTPServer]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    server.seen = []  # type: ignore[attr-defined]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield server
+    server.shutdown()
+
+
+def _front_door_knobs(markers: Path) -> dict:
+    return {
+        "gpubox_tenants": TENANTS,
+        "front_door_gateway_networks": [f"{GATEWAY}/32"],
+        "gpubox_scrape_networks": ["10.9.0.0/16"],
+        # nginx's workers (nobody) test the GPU marker: a directory they can reach, as /run/gpubox-gpu-metrics.
+        "gpubox_gpu_unhealthy_file": str(markers / "unhealthy"),
+    }
+
+
+@pytest.fixture(scope="module")
+def front_door(tmp_path_factory: pytest.TempPathFactory, engine) -> Iterator[dict]:
+    tmp = tmp_path_factory.mktemp("front-door")
+    markers = Path(tempfile.mkdtemp(prefix="gpubox-gpu-health."))
+    markers.chmod(0o755)
+    port = engine.server_address[1]
+    proc, door = _start_front_door(tmp, port, _front_door_knobs(markers), engine_key=ENGINE_KEY)
+    try:
+        yield {"port": door, "dir": tmp, "engine": engine, "marker": markers / "unhealthy"}
+    finally:
+        _stop(proc)
+        shutil.rmtree(markers, ignore_errors=True)
+
+
+def _request(
+    port: int,
+    path: str = "/v1/models",
+    source: str = STRANGER,
+    headers: dict | None = None,
+    body: bytes | str | None = None,
+    key: str | None = None,
+) -> tuple[int, http.client.HTTPResponse, Any]:
+    """(status, response, JSON body) of one HTTPS request from ``source`` (the certificate is not checked)."""
+    context = live_proxies.unverified_tls()
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=context, source_address=(source, 0))
+    headers = dict(headers or {})
+    if key is not None:
+        headers["Authorization"] = f"Bearer {key}"
+    try:
+        conn.request("POST" if body is not None else "GET", path, body=body, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read().decode()
+        return resp.status, resp, json.loads(raw)
+    finally:
+        conn.close()
+
+
+def _get(port: int, path: str = "/v1/models", **kwargs: Any) -> tuple[int, str, Any]:
+    status, resp, body = _request(port, path, **kwargs)
+    return status, resp.getheader("Content-Type", ""), body
+
+
+def _is_openai_error(status: int, ctype: str, body: Any, code: str) -> bool:
+    error = body.get("error") if isinstance(body, dict) else None
+    return (
+        ctype.startswith("application/json")
+        and isinstance(error, dict)
+        and set(error) == {"message", "type", "code"}
+        and error["code"] == code
+        and isinstance(error["message"], str)
+        and len(error["message"]) > 0
+    )
+
+
+def _reached(engine, marker: str) -> list[dict]:
+    """The engine's log lines whose path carries ``marker``."""
+    return [line for line in engine.seen if marker in line["path"]]
+
+
+# --------------------------------------------------------------------------- the keys
+
+
+@pytest.mark.parametrize(
+    ("n", "authorization"),
+    list(
+        enumerate(
+            [
+                None,
+                "Bearer wrong-key-0123456789abcdef",
+                f"Bearer {OPS_KEY.upper()}",  # nginx's plain map strings would let this in
+                f"bearer {OPS_KEY}",
+                f"Bearer {OPS_KEY}x",
+                f"Bearer  {OPS_KEY}",
+                f"Basic {OPS_KEY}",
+                f"Bearer {ENGINE_KEY}",  # vLLM's own key is no tenant's
+                "Bearer " + FAST_KEY.replace(".", "x"),  # '.' is literal in the key map's expression
+            ]
+        )
+    ),
+)
+def test_a_request_without_a_known_key_gets_401_from_the_front_door_and_never_reaches_the_engine(
+    front_door, n, authorization
+):
+    marker = f"probe-401-{n}"
+    headers = {"Authorization": authorization} if authorization else {}
+    status, resp, body = _request(front_door["port"], f"/v1/models?{marker}", headers=headers)
+    assert status == 401 and _is_openai_error(status, resp.getheader("Content-Type", ""), body, "invalid_api_key")
+    assert body["error"]["type"] == "authentication_error"
+    assert resp.getheader("WWW-Authenticate") == "Bearer"
+    assert _reached(front_door["engine"], marker) == []
+
+
+def test_a_known_key_reaches_the_engine_with_the_engines_own_key_and_the_uri_it_sent(front_door):
+    status, _, body = _get(front_door["port"], "/v1/models?probe-ok=a%2Fb&x=1", key=OPS_KEY)
+    assert status == 200, body
+    assert body["path"] == "/v1/models?probe-ok=a%2Fb&x=1"
+    assert body["authorization"] == f"Bearer {ENGINE_KEY}"  # the client's key never reaches vLLM
+    assert body["host"] == f"127.0.0.1:{front_door['engine'].server_address[1]}"
+    # Every request the engine ever got carried its own key.
+    assert {line["authorization"] for line in front_door["engine"].seen} == {f"Bearer {ENGINE_KEY}"}
+
+
+@pytest.mark.parametrize(("n", "host"), list(enumerate(["a?", "a#", "evil.example", "127.0.0.1:1/v1/models?"])))
+def test_the_engine_never_sees_the_clients_host(front_door, n, host):
+    # starlette < 1.0.1 builds request.url from Host: vLLM 0.7.3's key check read a poisoned path
+    # (CVE-2026-48710). The front door sends the engine its own fixed Host whatever the client says.
+    status, _, body = _get(front_door["port"], headers={"Host": host}, key=OPS_KEY)
+    assert status in (200, 400), (status, body)
+    if status == 200:
+        port = front_door["engine"].server_address[1]
+        assert body["host"] == f"127.0.0.1:{port}" and body["path"] == "/v1/models", body
+
+
+# --------------------------------------------------------------------------- limits per tenant
+
+
+def test_each_tenant_is_limited_on_its_name_not_its_header_nor_its_address(front_door):
+    port = front_door["port"]
+    first, second = SLOW_KEYS
+    assert (
+        _get(port, "/v1/models?probe-slow-1", key=first, source=GATEWAY, headers={"X-Forwarded-For": "198.51.100.1"})[0]
+        == 200
+    )
+    # The same tenant's other key, from another client behind the gateway and from a direct client: its limit.
+    for source, xff in ((GATEWAY, "198.51.100.2"), (STRANGER, None), (GATEWAY, "203.0.113.77")):
+        headers = {"X-Forwarded-For": xff} if xff else {}
+        status, ctype, body = _get(port, "/v1/models?probe-slow-2", key=second, source=source, headers=headers)
+        assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, body)
+        assert body["error"]["type"] == "rate_limit_error"
+    assert _reached(front_door["engine"], "probe-slow-2") == []
+    # Another tenant is not refused for it.
+    assert (
+        _get(port, "/v1/models?probe-fast", key=FAST_KEY, source=GATEWAY, headers={"X-Forwarded-For": "198.51.100.1"})[
+            0
+        ]
+        == 200
+    )
+    errors = (front_door["dir"] / "error.log").read_text()
+    assert "limiting requests, excess: 0." in errors and 'by zone "gpubox_tenant_slow"' in errors, errors[-2000:]
+
+
+def test_a_tenants_streams_in_flight_are_capped(front_door):
+    port = front_door["port"]
+    held: list[int] = []
+    slow = threading.Thread(target=lambda: held.append(_get(port, "/v1/slow?probe-stream-1", key=ONE_STREAM_KEY)[0]))
+    slow.start()
+    deadline = time.monotonic() + 5
+    while not _reached(front_door["engine"], "probe-stream-1") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    status, ctype, body = _get(port, "/v1/models?probe-stream-2", key=ONE_STREAM_KEY)
+    assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, body)
+    assert _get(port, "/v1/models?probe-stream-other", key=FAST_KEY)[0] == 200  # another tenant's streams are its own
+    slow.join(10)
+    assert held == [200]
+    assert _get(port, "/v1/models?probe-stream-3", key=ONE_STREAM_KEY)[0] == 200  # the stream ended: room again
+    assert _reached(front_door["engine"], "probe-stream-2") == []
+
+
+def _chunked(port: int, path: str, key: str, size: int) -> tuple[int, Any]:
+    """A POST whose body comes chunked (no Content-Length), as a client streaming its upload sends it."""
+    context = live_proxies.unverified_tls()
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as raw, context.wrap_socket(raw) as tls:
+        data = b"x" * size
+        tls.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\n"
+            "Transfer-Encoding: chunked\r\nConnection: close\r\n\r\n".encode()
+            + b"".join(
+                f"{len(data[i : i + 512]):x}\r\n".encode() + data[i : i + 512] + b"\r\n" for i in range(0, size, 512)
+            )
+            + b"0\r\n\r\n"
+        )
+        answer = b""
+        while chunk := tls.recv(65536):
+            answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return int(head.split()[1]), json.loads(body) if body.strip().startswith(b"{") else body
+
+
+def test_each_tenant_has_its_own_body_cap_chunked_bodies_too(front_door):
+    port = front_door["port"]
+    body = "x" * 2048
+    status, ctype, answer = _get(port, "/v1/completions?probe-body-small", key=SMALL_BODY_KEY, body=body)
+    assert status == 413 and _is_openai_error(status, ctype, answer, "request_too_large"), (status, answer)
+    assert "1k" in answer["error"]["message"]
+    status, _, answer = _get(port, "/v1/completions?probe-body-fast", key=FAST_KEY, body=body)
+    assert status == 200 and answer["body_len"] == 2048, answer
+    status, answer = _chunked(port, "/v1/completions?probe-chunked-small", SMALL_BODY_KEY, 2048)
+    assert status == 413, answer
+    status, answer = _chunked(port, "/v1/completions?probe-chunked-fast", FAST_KEY, 2048)
+    assert status == 200 and answer["body_len"] == 2048, answer
+    # Above every tenant's cap (the largest, 4k): refused before anything else.
+    status, ctype, answer = _get(port, "/v1/completions?probe-body-huge", key=FAST_KEY, body="x" * 8192)
+    assert status == 413, answer
+    for marker in ("probe-body-small", "probe-chunked-small", "probe-body-huge"):
+        assert _reached(front_door["engine"], marker) == [], marker
+
+
+# --------------------------------------------------------------------------- the client's address
+
+
+def test_metrics_answer_the_connections_own_address_whatever_x_forwarded_for_says(front_door):
+    port = front_door["port"]
+    # The gateway is no scrape network: its X-Forwarded-For claiming one (or loopback) gets nothing.
+    for xff, expect in (
+        ("10.9.0.1", 403),
+        ("127.0.0.1", 400),
+        ("::1", 400),
+        ("0.0.0.0", 400),
+        ("::ffff:127.0.0.1", 400),
+    ):
+        for path in ("/metrics", "/health"):
+            status, ctype, body = _get(port, path, source=GATEWAY, headers={"X-Forwarded-For": xff})
+            assert status == expect, (xff, path, status, body)
+            assert _is_openai_error(status, ctype, body, "forbidden" if expect == 403 else "bad_request")
+    assert [line for line in front_door["engine"].seen if line["path"] in ("/metrics", "/health")] == []
+    # Loopback itself may (the connection's address); a stranger's header is ignored, not refused.
+    assert _get(port, "/metrics", source="127.0.0.1")[0] == 200
+    assert _get(port, "/metrics", source=STRANGER, headers={"X-Forwarded-For": "127.0.0.1"})[0] == 403
+    assert _get(port, "/v1/models", source=STRANGER, headers={"X-Forwarded-For": "127.0.0.1"}, key=OPS_KEY)[0] == 200
+
+
+def test_control_a_file_that_reads_the_rewritten_address_lets_the_spoof_in(tmp_path, engine):
+    # The same request against the file with the allow list on $remote_addr (what realip rewrites), as it was.
+    markers = Path(tempfile.mkdtemp(prefix="gpubox-gpu-health."))
+    markers.chmod(0o755)
+    edit = lambda conf: conf.replace("geo $realip_remote_addr $gpubox_scraper", "geo $remote_addr $gpubox_scraper")  # noqa: E731
+    proc, port = _start_front_door(tmp_path, engine.server_address[1], _front_door_knobs(markers), edit=edit)
+    try:
+        status, _, _ = _get(port, "/metrics", source=GATEWAY, headers={"X-Forwarded-For": "10.9.0.1"})
+    finally:
+        _stop(proc)
+        shutil.rmtree(markers, ignore_errors=True)
+    assert status == 200
+
+
+def test_a_forwarded_loopback_address_is_refused_and_never_reaches_the_engine(front_door):
+    status, ctype, body = _get(
+        front_door["port"],
+        "/v1/models?probe-forged",
+        source=GATEWAY,
+        headers={"X-Forwarded-For": "127.0.0.1"},
+        key=OPS_KEY,
+    )
+    assert status == 400 and _is_openai_error(status, ctype, body, "bad_request"), (status, body)
+    assert _reached(front_door["engine"], "probe-forged") == []
+
+
+def test_the_log_names_the_tenant_and_the_client_the_gateway_saw_never_a_key(front_door):
+    port = front_door["port"]
+    # A client wrote its own X-Forwarded-For; the gateway appended the address it saw: only that last one is read.
+    status, _, body = _get(
+        port,
+        "/v1/models?probe-log",
+        source=GATEWAY,
+        headers={"X-Forwarded-For": "198.51.100.9, 198.51.100.5"},
+        key=OPS_KEY,
+    )
+    assert status == 200 and body["x_real_ip"] == "198.51.100.5", body
+    assert _get(port, "/v1/models?probe-nolog-401", source=STRANGER)[0] == 401
+    time.sleep(0.2)
+    log = (front_door["dir"] / "access.log").read_text()
+    (line,) = [x for x in log.splitlines() if "probe-log" in x]
+    assert line.startswith("198.51.100.5 ") and line.endswith(f"tenant=ops conn={GATEWAY}"), line
+    (line,) = [x for x in log.splitlines() if "probe-nolog-401" in x]
+    assert line.startswith(f"{STRANGER} ") and '" 401 ' in line and line.endswith(f"tenant=- conn={STRANGER}"), line
+    for name in ("access.log", "error.log"):
+        text = (front_door["dir"] / name).read_text()
+        for key in (OPS_KEY, ENGINE_KEY, FAST_KEY, *SLOW_KEYS, ONE_STREAM_KEY, SMALL_BODY_KEY):
+            assert key not in text, name
+    # The public file holds no key; the root-only ones do.
+    conf = (front_door["dir"] / "front-door.conf").read_text()
+    assert not any(key in conf for key in (OPS_KEY, ENGINE_KEY, *SLOW_KEYS)) and "$http_authorization" not in conf
+
+
+def test_health_is_503_json_exactly_while_the_gpu_marker_exists(front_door):
+    # roles/metrics' collector keeps the marker while the GPUs are unhealthy; the gateway checks /health.
+    marker, port = front_door["marker"], front_door["port"]
+    status, _, body = _get(port, "/health", source="127.0.0.1")
+    assert status == 200 and body["path"] == "/health", body  # vLLM's own answer, through the door
+    marker.write_text("Xid 79 on 0000:4b:00\n")
+    try:
+        status, ctype, body = _get(port, "/health", source="127.0.0.1")
+        assert status == 503 and _is_openai_error(status, ctype, body, "unavailable"), (status, body)
+    finally:
+        marker.unlink()
+    assert _get(port, "/health", source="127.0.0.1")[0] == 200
+
+
+def test_nginx_own_errors_are_json(front_door):
+    port = front_door["port"]
+    status, ctype, body = _get(port, path="/version", key=OPS_KEY)
+    assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
+    status, ctype, body = _get(port, path="/_gpubox_tenant/ops", key=OPS_KEY)  # the tenants' locations are internal
+    assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
+    status, ctype, body = _get(port, path="/metrics", source=STRANGER)
+    assert status == 403 and _is_openai_error(status, ctype, body, "forbidden"), (status, body)
+    # A header larger than nginx's buffers (its 494, answered as 400).
+    status, ctype, body = _get(port, source=STRANGER, headers={"X-Large": "x" * 20000})
+    assert status == 400 and _is_openai_error(status, ctype, body, "bad_request"), (status, body)
+    # vLLM's own error passes through as vLLM wrote it.
+    status, _, body = _get(port, path="/v1/unavailable", key=OPS_KEY)
+    assert status == 503 and body["path"] == "/v1/unavailable", body
+
+
+# --------------------------------------------------------------------------- rotation under load
+
+
+def _stream(port: int, key: str, tokens: int, out: list[dict]) -> None:
+    """One streamed completion; appends {status, got (token events), done ([DONE] came), error}."""
+    result: dict[str, Any] = {"status": 0, "got": 0, "done": False, "error": ""}
+    try:
+        conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=live_proxies.unverified_tls())
+        body = json.dumps({"model": "tiny", "prompt": "hi", "max_tokens": tokens, "stream": True})
+        conn.request(
+            "POST",
+            "/v1/completions",
+            body=body,
+            headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+        )
+        resp = conn.getresponse()
+        result["status"] = resp.status
+        for line in resp:
+            if line.startswith(b"data: [DONE]"):
+                result["done"] = True
+            elif line.startswith(b"data: "):
+                result["got"] += 1
+        conn.close()
+    except Exception as exc:  # a stream cut by the reload is what this test looks for
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    out.append(result)
+
+
+def _settled(port: int, key: str, expect: int) -> bool:
+    """Whether ``key`` gets ``expect`` 5 times in a row within 10 s: right after a reload the previous worker may
+    still accept a connection or two before it has read the master's signal to stop accepting."""
+    deadline, in_a_row = time.monotonic() + 10, 0
+    while in_a_row < 5 and time.monotonic() < deadline:
+        in_a_row = in_a_row + 1 if _get(port, key=key)[0] == expect else 0
+        time.sleep(0.05)
+    return in_a_row >= 5
+
+
+def test_a_key_rotation_under_32_streams_drops_none(tmp_path):
+    try:
+        standin, engine_port = live_proxies.start_standin(5, 50)  # 300 tokens: 15 s a stream
+    except live_proxies.Missing as exc:
+        pytest.fail(str(exc))
+    old, new = "rotation-old-key-0123456789", "rotation-new-key-0123456789"
+
+    def tenants(keys):
+        return {
+            "gpubox_tenants": [
+                {"name": "team", "keys": [*keys, OPS_KEY], "streams": 64, "requests_per_s": 1000, "burst": 1000}
+            ]
+        }
+
+    try:
+        proc, port = _start_front_door(tmp_path, engine_port, tenants([old]))
+        try:
+            results: list[dict] = []
+            threads = [threading.Thread(target=_stream, args=(port, old, 300, results)) for _ in range(32)]
+            for thread in threads:
+                thread.start()
+            time.sleep(0.5)
+            assert _get(port, key=new)[0] == 401
+            # Add the new key, converge (a reload), while the 32 streams run; both keys work.
+            live_proxies.write_front_door(tmp_path, engine_port, port, tenants([old, new]))
+            live_proxies.reload(proc, tmp_path)
+            assert _settled(port, new, 200) and _settled(port, old, 200)
+            # Retire the old key, converge again: it is refused from now on.
+            live_proxies.write_front_door(tmp_path, engine_port, port, tenants([new]))
+            live_proxies.reload(proc, tmp_path)
+            assert _settled(port, old, 401) and _settled(port, new, 200)
+            assert all(thread.is_alive() for thread in threads)  # the streams outlived both reloads
+            for thread in threads:
+                thread.join(60)
+        finally:
+            _stop(proc)
+    finally:
+        _stop(standin)
+    assert len(results) == 32
+    assert [r for r in results if not (r["status"] == 200 and r["done"] and r["got"] == 300)] == [], results
+
+
+# --------------------------------------------------------------------------- the gateway in front
+
+
+GATEWAY_KEY = live_proxies.GATEWAY_KEY
+
+
+@pytest.fixture(scope="module")
+def gateway(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[dict]:
+    """HAProxy (3 requests per client in 10 s) in front of a front door with its default limits."""
+    box_dir = tmp_path_factory.mktemp("box")
+    box, box_port = _start_front_door(
+        box_dir, engine.server_address[1], {"front_door_gateway_networks": ["127.0.0.1/32"]}
+    )
+    try:
+        proc, port = _start_gateway(
+            tmp_path_factory.mktemp("gateway"), box_port, box_dir / "tls.crt",
+            {"llm_gateway_rate_per_client": 3, "llm_gateway_rate_period_s": 10},
+        )  # fmt: skip
+        try:
+            yield {"port": port, "box_dir": box_dir}
+        finally:
+            _stop(proc)
+    finally:
+        _stop(box)
+
+
+KEY = {"Authorization": f"Bearer {GATEWAY_KEY}"}
+
+
+def test_the_box_sees_the_client_the_gateway_saw_never_the_clients_own_header(gateway):
+    status, _, body = _get(gateway["port"], source="127.0.0.3", headers={**KEY, "X-Forwarded-For": "203.0.113.9"})
+    assert status == 200, body
+    # HAProxy replaced the client's header with the address it saw; the box believed it (the gateway is 127.0.0.1).
+    assert body["x_real_ip"] == "127.0.0.3", body
+    assert not any("203.0.113.9" in value for value in body["xff"]), body
+
+
+def test_a_client_on_the_gateways_own_loopback_is_served_and_cannot_forge_one(gateway):
+    # 127.0.0.1 on the gateway's host is a real client (the fleet scenario's own checks run there): the gateway
+    # writes no X-Forwarded-For for it, so the box does not take it for a forged loopback (400) and logs the gateway.
+    status, _, body = _get(gateway["port"], source="127.0.0.1", headers=KEY)
+    assert status == 200, body
+    assert body["x_real_ip"] == "127.0.0.1" and body["xff"] == ["127.0.0.1"], body
+    # Whatever such a client writes itself is dropped as from any other client.
+    status, _, body = _get(gateway["port"], source="127.0.0.1", headers={**KEY, "X-Forwarded-For": "127.0.0.9"})
+    assert status == 200 and not any("127.0.0.9" in value for value in body["xff"]), body
+
+
+def test_the_gateway_limits_each_client_and_its_429_is_json(gateway):
+    port = gateway["port"]
+    assert [_get(port, source="127.0.0.4", headers=KEY)[0] for _ in range(3)] == [200, 200, 200]
+    status, ctype, body = _get(port, source="127.0.0.4", headers=KEY)
+    assert status == 429 and _is_openai_error(status, ctype, body, "rate_limit_exceeded"), (status, ctype, body)
+    assert body["error"]["type"] == "rate_limit_error"
+    # Another client is not refused for it.
+    assert _get(port, source="127.0.0.5", headers=KEY)[0] == 200
+
+
+def test_the_gateways_own_answers_are_json(gateway):
+    port = gateway["port"]
+    status, ctype, body = _get(port, source="127.0.0.6", headers={"Authorization": "Bearer wrong"})
+    assert status == 401 and _is_openai_error(status, ctype, body, "invalid_api_key"), (status, body)
+    status, ctype, body = _get(port, path="/version", source="127.0.0.6", headers=KEY)
+    assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
+    assert "live-gateway-key" not in (gateway["box_dir"] / "access.log").read_text()
+
+
+def test_no_box_up_is_a_json_503(tmp_path, engine):
+    # The one box's front door port has nothing listening: HAProxy answers 503 itself.
+    cert, _ = _self_signed(tmp_path)
+    proc, port = _start_gateway(tmp_path / "gateway", _free_port(), cert, {"llm_gateway_retries": 0})
+    try:
+        status, ctype, body = _get(port, source="127.0.0.7", headers=KEY)
+    finally:
+        _stop(proc)
+    assert status == 503 and _is_openai_error(status, ctype, body, "unavailable"), (status, ctype, body)
