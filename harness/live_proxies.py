@@ -66,11 +66,22 @@ def self_signed(tmp: Path, name: str = "localhost") -> tuple[Path, Path]:
     return cert, key
 
 
+class PortTaken(AssertionError):
+    """The server could not bind the port free_port() found: another process took it in between (any
+    connection's ephemeral port may be that number). The starters below try again on a new port."""
+
+
+# How many ports a starter tries before it gives up (each lost only to a race with another process).
+PORT_TRIES = 3
+
+
 def wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         if proc.poll() is not None:
-            raise AssertionError(f"{what} exited {proc.returncode}: {proc.stderr.read() if proc.stderr else ''}")
+            err = proc.stderr.read() if proc.stderr else ""
+            kind = PortTaken if "address already in use" in err.lower() else AssertionError
+            raise kind(f"{what} exited {proc.returncode}: {err}")
         try:
             with socket.create_connection(("127.0.0.1", port), timeout=0.2):
                 return
@@ -95,18 +106,25 @@ def start_standin(
     that a load may go to it directly or through the front door);
     ``box_name``: its x-gpubox-standin-host header (the hostname when empty); ``health_delay_ms``: how late it
     answers /health."""
-    port = free_port()
-    argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
-    argv += ["--box-name", box_name] if box_name else []
-    argv += ["--health-delay-ms", str(health_delay_ms)] if health_delay_ms else []
-    env = dict(os.environ, VLLM_API_KEY=key)
-    proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(port, proc, "the engine stand-in")
-    except BaseException:
-        stop(proc)
-        raise
-    return proc, port
+    for attempt in range(PORT_TRIES):
+        port = free_port()
+        argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
+        argv += ["--box-name", box_name] if box_name else []
+        argv += ["--health-delay-ms", str(health_delay_ms)] if health_delay_ms else []
+        env = dict(os.environ, VLLM_API_KEY=key)
+        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(port, proc, "the engine stand-in")
+        except PortTaken:
+            stop(proc)
+            if attempt == PORT_TRIES - 1:
+                raise
+            continue
+        except BaseException:
+            stop(proc)
+            raise
+        return proc, port
+    raise AssertionError("unreachable")
 
 
 def nginx_binary() -> str:
@@ -177,9 +195,6 @@ def start_front_door(
     nginx = nginx_binary()
     tmp.chmod(0o755)  # the workers (nobody when the test runs as root) read nothing here but their temp paths
     self_signed(tmp, name)
-    port = free_port()
-    (tmp / "port").write_text(str(port))
-    write_front_door(tmp, engine, port, knobs, edit, engine_key)
     temp_paths = "".join(
         f"    {kind}_temp_path {tmp}/{kind};\n" for kind in ("client_body", "proxy", "fastcgi", "uwsgi", "scgi")
     )
@@ -188,13 +203,24 @@ def start_front_door(
         f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log notice;\n"
         f"events {{{events}}}\nhttp {{\n{temp_paths}    include {tmp}/front-door.conf;\n}}\n"
     )
-    proc = subprocess.Popen([nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")], stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(port, proc, "nginx")
-    except BaseException:
-        stop(proc)
-        raise
-    return proc, port
+    for attempt in range(PORT_TRIES):
+        port = free_port()
+        (tmp / "port").write_text(str(port))
+        write_front_door(tmp, engine, port, knobs, edit, engine_key)
+        argv = [nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")]
+        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_for(port, proc, "nginx")
+        except PortTaken:
+            stop(proc)
+            if attempt == PORT_TRIES - 1:
+                raise
+            continue
+        except BaseException:
+            stop(proc)
+            raise
+        return proc, port
+    raise AssertionError("unreachable")
 
 
 def reload(proc: subprocess.Popen, tmp: Path) -> None:
@@ -227,7 +253,7 @@ def haproxy_binary() -> str:
     return haproxy
 
 
-def start_gateway(
+def _start_gateway_once(
     tmp: Path,
     box_port: int,
     box_cert: Path,
@@ -283,3 +309,22 @@ def start_gateway(
         stop(proc)
         raise
     return proc, port
+
+
+def start_gateway(
+    tmp: Path,
+    box_port: int,
+    box_cert: Path,
+    knobs: dict,
+    log: Path | None = None,
+    boxes: list[tuple[str, int, Path]] | None = None,
+    keys: list[str] | None = None,
+) -> tuple[subprocess.Popen, int]:
+    """_start_gateway_once, again on a new port while another process took the one it found (PortTaken)."""
+    for attempt in range(PORT_TRIES):
+        try:
+            return _start_gateway_once(tmp, box_port, box_cert, knobs, log, boxes, keys)
+        except PortTaken:
+            if attempt == PORT_TRIES - 1:
+                raise
+    raise AssertionError("unreachable")
