@@ -90,6 +90,26 @@ def wait_for(port: int, proc: subprocess.Popen, what: str) -> None:
     raise AssertionError(f"{what} does not listen on {port}")
 
 
+def start_on_a_free_port(launch: Callable[[int], subprocess.Popen], what: str) -> tuple[subprocess.Popen, int]:
+    """``launch`` a server on a port free_port() finds and wait until it listens; on a new port while another
+    process took the last one (PortTaken), PORT_TRIES times at most. The process is stopped on any failure."""
+    for attempt in range(PORT_TRIES):
+        port = free_port()
+        proc = launch(port)
+        try:
+            wait_for(port, proc, what)
+        except PortTaken:
+            stop(proc)
+            if attempt == PORT_TRIES - 1:
+                raise
+            continue
+        except BaseException:
+            stop(proc)
+            raise
+        return proc, port
+    raise AssertionError("unreachable")
+
+
 def unverified_tls() -> ssl.SSLContext:
     """A client context that does not check the rendered files' self-signed certificates (and loads no CA)."""
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
@@ -106,25 +126,15 @@ def start_standin(
     that a load may go to it directly or through the front door);
     ``box_name``: its x-gpubox-standin-host header (the hostname when empty); ``health_delay_ms``: how late it
     answers /health."""
-    for attempt in range(PORT_TRIES):
-        port = free_port()
+
+    def launch(port: int) -> subprocess.Popen:
         argv = [sys.executable, str(STANDIN), "--port", str(port), "--ttft-ms", str(ttft_ms), "--itl-ms", str(itl_ms)]
         argv += ["--box-name", box_name] if box_name else []
         argv += ["--health-delay-ms", str(health_delay_ms)] if health_delay_ms else []
         env = dict(os.environ, VLLM_API_KEY=key)
-        proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for(port, proc, "the engine stand-in")
-        except PortTaken:
-            stop(proc)
-            if attempt == PORT_TRIES - 1:
-                raise
-            continue
-        except BaseException:
-            stop(proc)
-            raise
-        return proc, port
-    raise AssertionError("unreachable")
+        return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+    return start_on_a_free_port(launch, "the engine stand-in")
 
 
 def nginx_binary() -> str:
@@ -203,24 +213,14 @@ def start_front_door(
         f"daemon off;\nworker_processes 1;\npid {tmp}/nginx.pid;\nerror_log {tmp}/error.log notice;\n"
         f"events {{{events}}}\nhttp {{\n{temp_paths}    include {tmp}/front-door.conf;\n}}\n"
     )
-    for attempt in range(PORT_TRIES):
-        port = free_port()
+
+    def launch(port: int) -> subprocess.Popen:
         (tmp / "port").write_text(str(port))
         write_front_door(tmp, engine, port, knobs, edit, engine_key)
         argv = [nginx, "-p", str(tmp), "-c", str(tmp / "nginx.conf")]
-        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-        try:
-            wait_for(port, proc, "nginx")
-        except PortTaken:
-            stop(proc)
-            if attempt == PORT_TRIES - 1:
-                raise
-            continue
-        except BaseException:
-            stop(proc)
-            raise
-        return proc, port
-    raise AssertionError("unreachable")
+        return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+
+    return start_on_a_free_port(launch, "nginx")
 
 
 def reload(proc: subprocess.Popen, tmp: Path) -> None:
