@@ -178,6 +178,16 @@ def get(name: Any) -> Stack:
     raise StackError(f"gpubox_stack is {name!r}, which is not a stack: use one of {allowed()}")
 
 
+def support_table() -> str:
+    """The support dates of every stack's parts as a Markdown table (docs/day-two.md, tools/gen_schema.py)."""
+    lines = ["| stack | part | supported until | source |", "|---|---|---|---|"]
+    for name, stack in STACKS.items():
+        for end in stack.support:
+            until = end.until or f"no upstream support ({end.note})"
+            lines.append(f"| `{name}` | {end.part} | {until} | {end.source} |")
+    return "\n".join(lines) + "\n"
+
+
 def engine_of(values: Any) -> str:
     """The vLLM engine the planner models for a box's facts ("v0" or "v1"): its stack's, the default stack's when
     gpubox_stack is not set. A name that is not a stack is refused elsewhere (state_checks, preflight) by name;

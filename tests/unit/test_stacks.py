@@ -293,3 +293,12 @@ def test_the_gpu_collector_judges_xids_by_the_catalog_of_the_stacks_driver_branc
     options = [arg for i, arg in enumerate(argv) if arg in ("--driver-branch", "--fatal-xids")
                for arg in (arg, argv[i + 1])]  # fmt: skip
     assert options == expected
+
+
+def test_day_two_lists_every_stacks_support_dates_from_the_table() -> None:
+    table = stacks.support_table()
+    rows = [line for line in table.splitlines()[2:]]
+    assert len(rows) == sum(len(stack.support) for stack in stacks.STACKS.values())
+    assert "| `pinned-0.7.3` | NVIDIA driver R535 | 2026-06 |" in table
+    assert "| `lts-580` | NVIDIA driver R580 (LTSB) | 2028-06 |" in table
+    assert table in (ROOT / "docs" / "day-two.md").read_text()
