@@ -611,7 +611,7 @@ def command_line(stack: str = "") -> list[tuple[Flag, str]]:
     fact's name or "" for a role knob). Two flags of one stack never share a slot."""
     flags = [(row.flag, row.name) for row in ROWS if row.flag] + [(flag, "") for flag in KNOB_FLAGS]
     for name in stacks.NAMES:
-        slots = [flag.slot for flag, _ in flags if flag.in_stack(name)]
+        slots = [flag.slot for flag, _fact in flags if flag.in_stack(name)]
         if len(set(slots)) != len(slots):
             raise ValueError(f"two rendered flags of stack {name} share a slot: {sorted(slots)}")
     if stack:
@@ -641,7 +641,7 @@ def flag_table() -> str:
         lines.append(f"| `{flag.name}` | {how} | " + " | ".join(cells) + " |")
     removed = sorted({flag for table in REMOVED_FLAGS.values() for flag in table})
     for flag in removed:
-        if flag in {f.name for f, _ in command_line()}:
+        if flag in {f.name for f, _fact in command_line()}:
             continue
         cells = [
             "refused: " + REMOVED_FLAGS[stack][flag].replace("|", "\\|")
