@@ -98,12 +98,13 @@ molecule: harness
 
 # The checks that need no molecule scenario (lint, unit, integration, vllm073, vllm032) run beside the scenarios, their output in
 # .cache/static.log (printed when they fail): most of their time is downloads and the scenarios' is CPU.
+# -k: each check runs even when an earlier one failed, so one failure (a lint line) does not hide the others.
 # The harness comes first, so that both start from the same venv and host packages.
 STATIC_LOG := .cache/static.log
 test: harness
 	@mkdir -p $(dir $(STATIC_LOG))
 	@echo "make test: lint, unit, integration, vllm073 and vllm032 beside the scenarios (log: $(STATIC_LOG))"
-	@$(MAKE) --no-print-directory lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
+	@$(MAKE) -k --no-print-directory lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
 	  rc=0; $(MAKE) --no-print-directory molecule || rc=$$?; \
 	  if wait $$static; then echo "make test: lint, unit, integration, vllm073 and vllm032 passed"; \
 	  else rc=1; echo "make test: lint, unit, integration, vllm073 or vllm032 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
