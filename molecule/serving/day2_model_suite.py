@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-HUB = HERE.parent / "shared/hub"
+HUB = HERE.parent.parent / "harness" / "hub"
 HUB_DIR = "/srv/gpubox-sim/hub"
 BRANCH_FILE = "/etc/gpubox-sim/hub-branch"
 HUB_LOG = "/var/log/gpubox-sim-hub.jsonl"
