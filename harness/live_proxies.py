@@ -253,7 +253,7 @@ def haproxy_binary() -> str:
     return haproxy
 
 
-def _start_gateway_once(
+def start_gateway(
     tmp: Path,
     box_port: int,
     box_cert: Path,
@@ -276,55 +276,33 @@ def _start_gateway_once(
     boxes = boxes or [("localhost", box_port, box_cert)]
     for name, _, crt in boxes:
         (tmp / f"{name}.crt").write_bytes(crt.read_bytes())
-    port = free_port()
-    conf = render(
-        "unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), ("fleet_cache",),
-        {
-            "llm_gateway_port": port,
-            "llm_gateway_bind_address": "127.0.0.1",
-            "llm_gateway_check_interval_ms": 200,
-            "__llm_gateway_servers": [{"name": name, "address": "127.0.0.1", "port": p} for name, p, _ in boxes],
-            "__llm_gateway_cert": str(tmp / "tls.pem"),
-            "__llm_gateway_keys_file": str(tmp / "keys.lst"),
-            "__llm_gateway_backend_ca_dir": str(tmp),
-            "__llm_gateway_socket": str(tmp / "admin.sock"),
-            "__llm_gateway_state_file": str(tmp / "server-state"),
-            **knobs,
-        },
-    )  # fmt: skip
-    # Not what is tested, and a test may not run as root: no chroot, no switch of user.
-    conf = "\n".join(line for line in conf.splitlines() if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
-    (tmp / "haproxy.cfg").write_text(conf + "\n")
-    check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
-    assert check.returncode == 0, check.stdout + check.stderr
-    argv = [haproxy, "-db", "-f", str(tmp / "haproxy.cfg")]
-    if log is not None:
+
+    def launch(port: int) -> subprocess.Popen:
+        conf = render(
+            "unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), ("fleet_cache",),
+            {
+                "llm_gateway_port": port,
+                "llm_gateway_bind_address": "127.0.0.1",
+                "llm_gateway_check_interval_ms": 200,
+                "__llm_gateway_servers": [{"name": name, "address": "127.0.0.1", "port": p} for name, p, _ in boxes],
+                "__llm_gateway_cert": str(tmp / "tls.pem"),
+                "__llm_gateway_keys_file": str(tmp / "keys.lst"),
+                "__llm_gateway_backend_ca_dir": str(tmp),
+                "__llm_gateway_socket": str(tmp / "admin.sock"),
+                "__llm_gateway_state_file": str(tmp / "server-state"),
+                **knobs,
+            },
+        )  # fmt: skip
+        # Not what is tested, and a test may not run as root: no chroot, no switch of user.
+        lines = conf.splitlines()
+        conf = "\n".join(line for line in lines if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
+        (tmp / "haproxy.cfg").write_text(conf + "\n")
+        check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+        argv = [haproxy, "-db", "-f", str(tmp / "haproxy.cfg")]
+        if log is None:
+            return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
         with log.open("w") as out:
-            proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
-    else:
-        proc = subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
-    try:
-        wait_for(port, proc, "haproxy")
-    except BaseException:
-        stop(proc)
-        raise
-    return proc, port
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
 
-
-def start_gateway(
-    tmp: Path,
-    box_port: int,
-    box_cert: Path,
-    knobs: dict,
-    log: Path | None = None,
-    boxes: list[tuple[str, int, Path]] | None = None,
-    keys: list[str] | None = None,
-) -> tuple[subprocess.Popen, int]:
-    """_start_gateway_once, again on a new port while another process took the one it found (PortTaken)."""
-    for attempt in range(PORT_TRIES):
-        try:
-            return _start_gateway_once(tmp, box_port, box_cert, knobs, log, boxes, keys)
-        except PortTaken:
-            if attempt == PORT_TRIES - 1:
-                raise
-    raise AssertionError("unreachable")
+    return start_on_a_free_port(launch, "haproxy")
