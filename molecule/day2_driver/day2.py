@@ -3,7 +3,10 @@
 
 Every step is a real ansible-playbook run of the scenario's converge.yml (preflight + host layer) or
 preflight.yml against the box molecule created, with the inventory molecule built; a pin change is
-``-e nvidia_driver_version=...``, as a user would set it in the inventory. What each run reported
+``-e nvidia_driver_version=...``, as a user would set it in the inventory. The moves and the runs after
+each reboot use the command docs/day-two.md gives for a driver move, ``--tags driver`` (preflight, the
+driver role and the reboot gate); the dry run before them and the last run after them are the whole host
+layer, so a move that leaves any other role of it with work to do still fails a test. What each run reported
 (exit status, PLAY RECAP counts) and what the box holds afterwards (read with ``podman exec``: driver
 packages and versions, holds, the apt pin, the unattended-upgrades blacklist, the reboot gate's
 record, the simulated loaded module) is written to --out as JSON; tests/test_day2_driver.py asserts it.
@@ -108,6 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     box = Box(args.host)
     converge = HERE / "converge.yml"
+    driver = ("--tags", "driver")  # docs/day-two.md: "Upgrade or downgrade the driver"
     steps: dict[str, dict] = {}
 
     def step(name: str, book: Path, *extra: str) -> None:
@@ -123,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     step("bad_pin", ROOT / "playbooks" / "preflight.yml", "-e", f"nvidia_driver_version={BAD_PIN}")
     # 3. reboot into the first build; the next run has nothing to do and no reason to reboot
     reboot("reboot_into_a")
-    step("after_reboot_a", converge)
+    step("after_reboot_a", converge, *driver)
     # 4. stale facts: the fact cache now holds the facts of step 3 (its reboot record: nothing pending);
     #    behind Ansible's back the box loads another build. The decision must use the live value.
     cached = cached_facts(args.host)
@@ -135,14 +139,14 @@ def main(argv: list[str] | None = None) -> int:
         "python3 /usr/local/libexec/gpubox-sim/make_sysfs.py --module-version 535.309.01 "
         f"/usr/share/gpubox-sim/fixtures/$(cat /etc/gpubox-sim/box)/sysfs.json {SYSFS}"
     )
-    step("stale_facts", converge)
+    step("stale_facts", converge, *driver)
     reboot("reboot_after_stale")  # back into the installed build (A) before the pin moves
     # 5. upgrade: move the pin to B, reboot, run again
-    step("upgrade", converge, "-e", f"nvidia_driver_version={PIN_B}")
+    step("upgrade", converge, *driver, "-e", f"nvidia_driver_version={PIN_B}")
     reboot("reboot_into_b")
-    step("after_reboot_b", converge, "-e", f"nvidia_driver_version={PIN_B}")
-    # 6. downgrade: back to A, reboot, run again
-    step("downgrade", converge, "-e", f"nvidia_driver_version={PIN_A}")
+    step("after_reboot_b", converge, *driver, "-e", f"nvidia_driver_version={PIN_B}")
+    # 6. downgrade: back to A, reboot, then the whole host layer: nothing left to do anywhere
+    step("downgrade", converge, *driver, "-e", f"nvidia_driver_version={PIN_A}")
     reboot("reboot_back_into_a")
     step("after_reboot_back_a", converge, "-e", f"nvidia_driver_version={PIN_A}")
 

@@ -50,6 +50,19 @@ def _settled(step, pin):
     _at(step, pin)
 
 
+def _driver_command(step):
+    """The run was docs/day-two.md's driver move: --tags driver, nothing more."""
+    cmd = step["cmd"]
+    return "--tags" in cmd and cmd[cmd.index("--tags") + 1] == "driver"
+
+
+def test_the_last_run_after_the_moves_is_the_whole_host_layer_and_changes_nothing(day2):
+    # the moves ran only the driver's tag; this run proves no other role of the host layer was left work
+    step = day2["steps"]["after_reboot_back_a"]
+    assert "--tags" not in step["cmd"], step["cmd"]
+    _settled(step, PIN_A)
+
+
 def _driver_reasons(gate, old, new):
     return [r for r in gate["reasons"] if new in r and old.split("-")[0] in r]
 
@@ -100,6 +113,7 @@ def test_pin_change_moves_every_package_and_asks_one_reboot(day2, move, settle, 
     step = day2["steps"][move]
     _ok(step)
     assert step["recap"]["changed"] > 0
+    assert _driver_command(step), step["cmd"]  # the command docs/day-two.md gives for a driver move
     _at(step, new)
     gate = step["box"]["gate"]
     # one decision (the container skips it: gpubox_reboot_skip first), one reason naming both builds
