@@ -272,13 +272,18 @@ def test_the_docs_flag_table_says_which_stacks_have_each_flag() -> None:
         (None, {}, ["--driver-branch", "535"]),
         ("lts-580", {}, ["--driver-branch", "580"]),
         ("lts-580", {"metrics_gpu_fatal_xids": [48, 79]}, ["--driver-branch", "580", "--fatal-xids", "48,79"]),
+        # the branch the driver role installed (its fact) wins over the stack's: the harness's Debian 535 under lts-580
+        ("lts-580", {"ansible_facts": {"ansible_local": {"gpubox_driver": {"branch": "535"}}}},
+         ["--driver-branch", "535"]),
+        (None, {"ansible_facts": {"ansible_local": {"gpubox_driver": {"branch": "580"}}}}, ["--driver-branch", "580"]),
     ],
-)
-def test_the_gpu_collector_judges_xids_by_the_catalog_of_the_stacks_driver_branch(
+)  # fmt: skip
+def test_the_gpu_collector_judges_xids_by_the_catalog_of_the_installed_driver_branch(
     stack: str | None, extra: dict[str, Any], expected: list[str]
 ) -> None:
-    """roles/metrics' collector gets the stack's driver branch (gpu_metrics.fatal_xids per branch: R580 adds the
-    GSP and recovery Xids); metrics_gpu_fatal_xids, when set, still names the fatal set itself."""
+    """roles/metrics' collector gets the installed driver's branch, the stack's before the driver role ran
+    (gpu_metrics.fatal_xids per branch: R580 adds the GSP and recovery Xids); metrics_gpu_fatal_xids, when set,
+    still names the fatal set itself."""
     from ansible.template import trust_as_template
 
     from harness.ansible_vars import templar_for
@@ -302,3 +307,21 @@ def test_day_two_lists_every_stacks_support_dates_from_the_table() -> None:
     assert "| `pinned-0.7.3` | NVIDIA driver R535 | 2026-06 |" in table
     assert "| `lts-580` | NVIDIA driver R580 (LTSB) | 2028-06 |" in table
     assert table in (ROOT / "docs" / "day-two.md").read_text()
+
+
+def test_the_serving_scenario_runs_the_supported_stacks_command_line_over_the_test_images_driver() -> None:
+    """molecule/serving's box is on lts-580, whose vLLM (0.32.0) is the CPU engine's release: the command line it
+    renders is that stack's (tests/vllm032 parses it with 0.32.0's parser), not the pinned stack's. Its driver and
+    CUDA stay the test image's (Debian 12 carries no 580), named by the harness's group vars."""
+    from test_vllm_args import scenario_render, scenario_vllm_argv
+
+    host = "gpubox-m-serving"
+    state = scenario_render("serving", host, "query('gpubox.gpubox.desired_state') | first")
+    assert state["errors"] == [] and state["gpubox_stack"] == "lts-580", state["errors"]
+    assert state["gpubox_stack_info"]["vllm"] == "0.32.0"
+    argv = scenario_vllm_argv("serving", host)
+    assert "--enable-log-requests" in argv and "--disable-log-requests" not in argv, argv  # 0.32.0's spelling
+    assert argv[argv.index("--model") + 1] == state["gpubox_model_dir"]
+    driver = scenario_render("serving", host, "[__nvidia_driver_branch, __cuda_toolkit_version]",
+                             ("gpubox", "nvidia_driver", "cuda_toolkit"))  # fmt: skip
+    assert driver == ["535", "12.2"]
