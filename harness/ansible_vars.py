@@ -47,6 +47,26 @@ def templar_for(
     return Templar(loader=loader, variables=variables), variables
 
 
+def scenario_inventory(scenario: str, out: Path) -> Path:
+    """A copy of the inventory molecule builds for ``scenario`` (written under ``out``): its platforms flat under
+    ``all`` in their groups, as molecule writes them, with molecule/shared/group_vars and the scenario's host_vars
+    (the links of .config/molecule/config.yml). For rendering what a scenario's box runs without the box."""
+    import yaml
+
+    platforms = yaml.safe_load((ROOT / "molecule" / scenario / "molecule.yml").read_text())["platforms"]
+    groups: dict[str, dict] = {}
+    for platform in platforms:
+        for group in platform.get("groups", []):
+            groups.setdefault(group, {"hosts": {}})["hosts"][platform["name"]] = None
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "hosts.yml").write_text(yaml.safe_dump({"all": {"children": groups}}))
+    (out / "group_vars").symlink_to(ROOT / "molecule" / "shared" / "group_vars")
+    host_vars = ROOT / "molecule" / scenario / "host_vars"
+    if host_vars.is_dir():
+        (out / "host_vars").symlink_to(host_vars)
+    return out
+
+
 def render(host: str, expression: str, **kwargs: Any) -> Any:
     """Template one Jinja expression for ``host``; plain Python types come back."""
     from ansible.template import trust_as_template

@@ -8,7 +8,10 @@ lines to vLLM's own parser.
 
 from __future__ import annotations
 
+import os
 import shlex
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +22,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import 
     systemd_quote_arg,
     vllm_args,
 )
-from harness.ansible_vars import render
+from harness.ansible_vars import render, scenario_inventory
 
 TOPOLOGIES = ("gpu_2x3090", "gpu_4x4090")
 
@@ -38,6 +41,28 @@ def exec_start(group: str, overrides: dict[str, Any] | None = None) -> str:
         _host(group), "__vllm_service_exec_start", roles=("gpubox", "vllm_service"), extra_vars=overrides,
         groups=(group,),
     )  # fmt: skip
+
+
+def scenario_render(scenario: str, host: str, expression: str, roles: tuple[str, ...] = ("gpubox",)) -> Any:
+    """``expression`` for ``host`` of a molecule scenario, through the inventory molecule builds for it (its groups,
+    molecule/shared/group_vars, its host_vars); the scenario's ephemeral directory is an empty one."""
+    with tempfile.TemporaryDirectory() as tmp:
+        saved = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
+        os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = tmp
+        try:
+            inventory = scenario_inventory(scenario, Path(tmp) / "inventory")
+            return render(host, expression, inventory=inventory, roles=roles)
+        finally:
+            if saved is None:
+                del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
+            else:
+                os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = saved
+
+
+def scenario_vllm_argv(scenario: str, host: str) -> list[str]:
+    """The arguments after the module name in the vllm unit's ExecStart for a scenario's box."""
+    argv = shlex.split(scenario_render(scenario, host, "__vllm_service_exec_start", ("gpubox", "vllm_service")))
+    return argv[argv.index("vllm.entrypoints.openai.api_server") + 1 :]
 
 
 def _flag(args: list[str], name: str) -> str | None:

