@@ -18,6 +18,7 @@ leaves. ``gpu_blocks`` is always the minimum over the ranks, the driver's.
 
     python bench/report.py --out bench/results.md
     python bench/report.py --record-times   # .cache/molecule-logs/times.json -> bench/scenario-times.json
+    python bench/report.py --v1-only --out bench/results.md   # rewrite only the V1 calibration section there
 """
 
 from __future__ import annotations
@@ -250,6 +251,20 @@ def v1_report(cases: list[dict[str, Any]]) -> str:
         f"Goal (issue 33): median relative KV error <= {V1_KV_GOAL * 100:.0f}% over at least 5 cases, "
         f"no wrong verdict: {verdict} (median {shown_median} over {len(rel)} case(s), {wrong} wrong verdict(s)).\n"
     )
+
+
+V1_HEADING = "# Capacity planner calibration (vLLM V1 engine model"
+
+
+def replace_v1_section(text: str, section: str) -> str:
+    """``text`` (a results.md) with its V1 calibration section, up to the next top-level heading, replaced by
+    ``section`` (what v1_report returns); the other sections (load benches, scenario times) stay as they are."""
+    start = text.find(V1_HEADING)
+    if start < 0:
+        raise SystemExit(f"no V1 calibration section ({V1_HEADING}...) in the file: run bench/report.py --out once")
+    end = text.find("\n# ", start + len(V1_HEADING))
+    end = len(text) if end < 0 else end
+    return text[:start] + section.lstrip("\n") + text[end:]
 
 
 # Modelled terms whose share of the KV error the ablation shows: planner function -> what it stands for.
@@ -743,7 +758,18 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help=f"copy {MEASURED_TIMES.relative_to(ROOT)} to {SCENARIO_TIMES.relative_to(ROOT)}, print that section, stop",
     )
+    parser.add_argument(
+        "--v1-only",
+        action="store_true",
+        help="print only the V1 calibration section; with --out, replace that section of the file and keep the rest",
+    )
     args = parser.parse_args(argv)
+    if args.v1_only:
+        section = v1_report(load_cases(CALIBRATION_V1_DIR))
+        print(section)
+        if args.out:
+            args.out.write_text(replace_v1_section(args.out.read_text(), section))
+        return 0
     if args.record_times:
         record_times()
         print(scenario_times_report())

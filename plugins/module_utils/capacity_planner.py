@@ -79,30 +79,8 @@ a 131072-position model, 0.24 GiB for Qwen2.5-7B-Instruct-1M's 1010000 positions
 logs 5.43 GiB, the files alone give 5.17). The planner takes ``rotary_dim = head_dim`` (partial-rotary
 models over-count a little).
 
-vLLM's V1 engine (``engine="v1"``: the lts-580 stack's vLLM; read from vLLM's own source, vllm/v1/worker/
-gpu_worker.py ``init_device`` and ``determine_available_memory``, vllm/utils/mem_utils.py ``memory_profiling``,
-vllm/v1/core/kv_cache_utils.py) budgets memory differently from V0:
-
-1. The baseline snapshot is taken *after* the distributed environment (NCCL, custom all-reduce) is set up, so those
-   buffers are not in the budget: V1's non-torch term is only what grows during loading and profiling
-   (cuBLAS/attention workspaces), ``V1_NON_TORCH_GIB``, without V0's per-tp NCCL term.
-2. ``requested = cudaMemGetInfo total x gpu_memory_utilization``; the KV budget is ``requested - weights -
-   torch peak increase of the profiling run - non-torch increase`` (vLLM logs it as "Available KV cache memory:
-   X GiB"); the weights are what loading allocated ("Model loading took X GiB").
-3. CUDA graphs: from vLLM 0.19 on, ``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1`` is the default and the graphs'
-   estimated memory is subtracted from the KV budget as well (earlier V1 releases capture them outside the budget,
-   in the ``1 - gpu_memory_utilization`` headroom). ``serving["cudagraph_in_budget"]`` says which (default true:
-   the lts stack's vLLM is newer than 0.19); ``enforce_eager`` captures none. The estimate per GPU is
-   ``V1_CUDAGRAPH_GIB`` unless ``serving["cudagraph_gib"]`` gives a measured one.
-4. Chunked prefill is always on; ``max_num_batched_tokens`` and ``max_num_seqs`` default by GPU size (vLLM's
-   engine arguments for the API server: 2048 tokens and 256 sequences below 70 GiB, 8192 and 1024 from 70 GiB).
-5. ``GPU KV cache size: N tokens`` = blocks x block_size with blocks = KV budget // (block_size x KV bytes per
-   token); V1 refuses to start when one ``max_model_len`` sequence does not fit ("To serve at least one request
-   with the models's max seq len ...").
-
-The profiling run's activation peak is modelled with V0's terms (MLP live set over the batched tokens, the sampler
-over max_num_seqs x vocab); tests/data/calibration_v1/*.yml holds public V1 start-up logs with their sources and
-``python bench/report.py`` reports the fit.
+vLLM's V1 engine (``engine="v1"``, the lts stack's vLLM) budgets memory differently; its terms, constants and
+calibration live in capacity_v1.py.
 
 Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
 ``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
@@ -115,8 +93,8 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_v1, model_catalog, value_text, vllm_words
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
-from ansible_collections.gpubox.gpubox.plugins.module_utils import model_catalog, value_text, vllm_words
 
 GIB = 1024**3
 MIB = 1024**2
@@ -151,17 +129,12 @@ CHUNKED_PREFILL_AUTO_ABOVE = 32768
 CHUNKED_PREFILL_BATCHED_TOKENS = 2048
 MIN_BATCHED_TOKENS = 2048
 
-# vLLM V1 (engine="v1"; see the module docstring). The CUDA-graph estimate is the median of the estimates public V1
-# logs print ("Estimated CUDA graph memory", "CUDAGraph memory"): 0.13 GiB (2x RTX 5090 tp 2,
-# github.com/noonghunna/club-3090/issues/1087), 0.64 GiB (github.com/generative-computing/granite-switch/issues/128),
-# 1.62 GiB (github.com/vllm-project/vllm/pull/39559).
+# Engines: "v0" is vLLM 0.7.3 (this module), "v1" the lts stack's vLLM (capacity_v1.py; its constants re-exported).
 ENGINES = ("v0", "v1")
 DEFAULT_ENGINE = "v0"
-V1_NON_TORCH_GIB = NON_TORCH_BASE_GIB  # V0's term without the per-tp NCCL part, which V1 leaves out
-V1_CUDAGRAPH_GIB = 0.64
-V1_LARGE_GPU_GIB = 70
-V1_BATCHED_TOKENS = {False: 2048, True: 8192}  # GPU below / from V1_LARGE_GPU_GIB
-V1_MAX_NUM_SEQS = {False: 256, True: 1024}
+V1_NON_TORCH_GIB = capacity_v1.NON_TORCH_GIB
+V1_CUDAGRAPH_GIB = capacity_v1.CUDAGRAPH_GIB
+V1_LARGE_GPU_GIB = capacity_v1.LARGE_GPU_GIB
 
 # Thresholds for warnings.
 UTILIZATION_WARN_AT = 0.95
@@ -441,7 +414,7 @@ def _serving_facts(
     max_len = col.int_at_least(serving, "serving", "max_model_len", 1, "set the context length to serve, e.g. 8192")
     seqs_raw = serving.get("max_num_seqs")
     max_seqs = (
-        (DEFAULT_MAX_NUM_SEQS if engine == "v0" else V1_MAX_NUM_SEQS[large_gpu])
+        (DEFAULT_MAX_NUM_SEQS if engine == "v0" else capacity_v1.default_max_num_seqs(large_gpu))
         if seqs_raw is None
         else col.int_at_least(serving, "serving", "max_num_seqs", 1, "e.g. 8 for a small team")
     )
@@ -457,7 +430,7 @@ def _serving_facts(
     chunked = engine == "v1" or max_len > CHUNKED_PREFILL_AUTO_ABOVE
     default_tokens = CHUNKED_PREFILL_BATCHED_TOKENS if chunked else max(max_len, MIN_BATCHED_TOKENS)
     if engine == "v1":
-        default_tokens = V1_BATCHED_TOKENS[large_gpu]
+        default_tokens = capacity_v1.default_batched_tokens(large_gpu)
     batched_raw = serving.get("max_num_batched_tokens")
     batched = (
         default_tokens
@@ -497,22 +470,7 @@ def _serving_facts(
         col.errors.append(f"{var('serving.enforce_eager')} must be true or false, got {_shown(eager)}")
         eager = False
 
-    cudagraph = 0.0
-    if engine == "v1":
-        in_budget = serving.get("cudagraph_in_budget", True)
-        measured = serving.get("cudagraph_gib")
-        if not isinstance(in_budget, bool):
-            col.errors.append(
-                f"serving cudagraph_in_budget must be true or false, got {_shown(in_budget)}: true for vLLM 0.19 and "
-                "later (VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS=1 is their default), false before"
-            )
-        elif measured is not None and not _number_in(measured, 0, MAX_GPU_MIB / 1024, low_open=False):
-            col.errors.append(
-                f"serving cudagraph_gib must be null or a number of GiB >= 0, got {_shown(measured)}: use the "
-                "figure vLLM logs as its CUDA graph memory estimate"
-            )
-        elif in_budget and not eager:
-            cudagraph = float(V1_CUDAGRAPH_GIB if measured is None else measured)
+    cudagraph = capacity_v1.cudagraph_gib(serving, eager, col.errors) if engine == "v1" else 0.0
 
     errors.extend(col.errors)
     if col.errors:
@@ -563,7 +521,7 @@ def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
 def non_torch_gib(serving: ServingFacts) -> float:
     """V0: NCCL and workspaces since the baseline (per-tp term); V1's baseline comes after NCCL is set up."""
     if serving.engine == "v1":
-        return V1_NON_TORCH_GIB
+        return capacity_v1.non_torch_gib()
     return NON_TORCH_BASE_GIB + NON_TORCH_PER_TP_GIB * serving.tp
 
 
@@ -679,7 +637,7 @@ def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE) ->
         return asdict(result)
     model_facts = _model_facts(model, result.errors)
     gpu_facts = _gpu_facts(gpu, result.errors)
-    large = bool(gpu_facts) and (gpu_facts.total_mib - gpu_facts.reserved_mib) / 1024 >= V1_LARGE_GPU_GIB
+    large = bool(gpu_facts) and capacity_v1.is_large_gpu(gpu_facts.total_mib - gpu_facts.reserved_mib)
     serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large)
     if model_facts and gpu_facts and serving_facts:
         result.errors.extend(_topology_errors(model_facts, gpu_facts, serving_facts))
