@@ -13,6 +13,7 @@ import shlex
 import tempfile
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import pytest
 
@@ -46,17 +47,8 @@ def exec_start(group: str, overrides: dict[str, Any] | None = None) -> str:
 def scenario_render(scenario: str, host: str, expression: str, roles: tuple[str, ...] = ("gpubox",)) -> Any:
     """``expression`` for ``host`` of a molecule scenario, through the inventory molecule builds for it (its groups,
     molecule/shared/group_vars, its host_vars); the scenario's ephemeral directory is an empty one."""
-    with tempfile.TemporaryDirectory() as tmp:
-        saved = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY")
-        os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = tmp
-        try:
-            inventory = scenario_inventory(scenario, Path(tmp) / "inventory")
-            return render(host, expression, inventory=inventory, roles=roles)
-        finally:
-            if saved is None:
-                del os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]
-            else:
-                os.environ["MOLECULE_EPHEMERAL_DIRECTORY"] = saved
+    with tempfile.TemporaryDirectory() as tmp, mock.patch.dict(os.environ, {"MOLECULE_EPHEMERAL_DIRECTORY": tmp}):
+        return render(host, expression, inventory=scenario_inventory(scenario, Path(tmp) / "inventory"), roles=roles)
 
 
 def scenario_vllm_argv(scenario: str, host: str) -> list[str]:
