@@ -17,7 +17,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks, state_checks
-from harness.ansible_vars import render, templar_for
+from harness.ansible_vars import render, scenario_inventory, templar_for
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLES = ("gpubox", "python_env", "model_store", "vllm_service")
@@ -75,6 +75,25 @@ def test_an_explicit_prefix_wins_for_every_stack(stack: str) -> None:
 @pytest.mark.parametrize("unset", ["", "null", "~"])
 def test_an_empty_prefix_from_extra_vars_reads_as_unset_and_is_the_stacks(unset: str) -> None:
     assert paths("lts-580", gpubox_env_prefix=unset)["exec_start"] == "/opt/gpubox/venv-lts-580/bin/python"
+
+
+@pytest.mark.parametrize(
+    ("scenario", "host", "prefix"),
+    [("serving", "gpubox-m-serving", "/opt/gpubox/venv-lts-580"), ("fleet", "gpubox-m-fleet-box1", "/opt/gpubox/venv")],
+)
+def test_the_scenarios_boxes_run_their_stacks_environment(
+    scenario: str, host: str, prefix: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # molecule/serving's box runs lts-580 (its tests name its environment); the fleet's boxes the default stack.
+    monkeypatch.setenv("MOLECULE_EPHEMERAL_DIRECTORY", str(tmp_path))
+    inventory = scenario_inventory(scenario, tmp_path / "inventory")
+    roles = ("gpubox", "vllm_service")
+    assert render(host, "__vllm_service_exec_start", inventory=inventory, roles=roles).startswith(
+        f"{prefix}/bin/python -m vllm.entrypoints.openai.api_server "
+    )
+    if scenario == "serving":
+        tests = (ROOT / "molecule" / "serving" / "tests" / "test_serving.py").read_text()
+        assert f'"{prefix}/bin/python -m vllm.entrypoints.openai.api_server" in exec_start' in tests
 
 
 def test_every_stack_has_its_own_prefix_and_the_desired_state_names_it() -> None:
