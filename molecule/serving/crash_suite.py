@@ -68,7 +68,7 @@ MODEL_ON = "model,service"
 POINTS = [
     Point("apt-driver", "dpkg unpacking/configuring the NVIDIA driver packages", [DPKG + "nvidia"], "freeze"),
     Point("apt-cuda", "dpkg unpacking/configuring the CUDA packages", [DPKG + "cuda"], "kill"),
-    Point("venv", "python3 -m venv creating the environment", [r"proc:-m venv .*/opt/gpubox/venv"], "kill"),
+    Point("venv", "python3 -m venv creating the environment", [r"proc:-m venv .*/opt/gpubox/venv-lts-580"], "kill"),
     Point("pip-power", "pip installing the pinned packages", [PIP], "freeze", 8.0, ENV_ON),
     Point("pip-ssh", "pip installing the pinned packages (re-run)", [PIP], "kill", 5.0, ENV_ON),
     Point(

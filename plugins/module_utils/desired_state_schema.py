@@ -424,13 +424,16 @@ ROWS: tuple[Row, ...] = (
     Row(
         "gpubox_env_prefix",
         "path",
-        "Prefix of the Python environment (venv or conda) vLLM runs from.",
-        default="/opt/gpubox/venv",
-        doc_type="absolute path",
+        "Prefix of the Python environment (venv or conda) vLLM runs from; null: the stack's own ("
+        + ", ".join(f"{name} {stack.env_prefix}" for name, stack in stacks.STACKS.items())
+        + "), so a stack move builds beside the old environment and a move back downloads nothing. "
+        "Set, it is every stack's: a move reinstalls it in place.",
+        doc_type="absolute path or null",
         check="env_prefix",
-        required=True,
-        hint="use /opt/gpubox/venv",
-        comment="The Python environment vLLM runs from (venv or conda prefix).",
+        comment="The Python environment vLLM runs from (venv or conda prefix). null: the stack's own (stacks.py:\n"
+        + ", ".join(f"{stack.env_prefix} for {name}" for name, stack in stacks.STACKS.items())
+        + "),\nso moving a group to another stack and back keeps both environments (docs/day-two.md). A path here is\n"
+        "one environment for every stack: a move reinstalls it in place and a move back downloads again.",
     ),
     Row(
         "gpubox_front_door_enabled",

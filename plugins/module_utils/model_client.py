@@ -326,7 +326,8 @@ def check_client(req: Request) -> str:
     if not os.access(req.modelscope_bin, os.X_OK):
         raise ModelStoreError(
             f"modelscope_bin {req.modelscope_bin!r} is not an executable; install the serving environment "
-            "first (python_env, into gpubox_env_prefix) or point modelscope_bin at its bin/modelscope"
+            "first (python_env, into the desired state's gpubox_env_prefix: the stack's own when unset) or point "
+            "modelscope_bin at its bin/modelscope"
         )
     version = client_version(req.modelscope_bin)
     if version and version < LEGACY_BEFORE and urllib.parse.urlsplit(req.endpoint).scheme != "https":

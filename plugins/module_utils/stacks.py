@@ -6,7 +6,8 @@ the vLLM and torch pins (requirements, constraints and the hash lock beside them
 table, the vLLM engine the planner models (V0 or V1) and the dates its parts stop being supported.
 Roles read a stack through the desired state (the gpubox.gpubox.desired_state lookup's
 ``gpubox_stack_info``, from ``info()``): nvidia_driver its branch and version, cuda_toolkit its toolkit,
-python_env its Python and pin files. tools/plan.py and preflight print ``summary_lines()``.
+python_env its Python and pin files, and every role its environment's prefix (the desired state's
+``gpubox_env_prefix`` when it is not set: ``env_prefix()``). tools/plan.py and preflight print ``summary_lines()``.
 
 ``pinned-0.7.3`` is the design card's stack and the default: every value is what the roles carried before
 stacks existed (tests/unit/test_stacks.py renders both and compares). ``lts-580`` is the supported one.
@@ -70,7 +71,9 @@ class Stack:
     version of the driver packages (Ubuntu: the ``-server`` packages; Debian: the archive's packages); a
     distribution without an entry needs ``nvidia_driver_version`` set. ``pythons``: the interpreter
     versions the pin set resolves for, Ubuntu 22.04's first. Pin files are names in roles/python_env/files;
-    the hash lock is the constraints file's X.hashes.txt."""
+    the hash lock is the constraints file's X.hashes.txt. ``env_prefix``: where the stack's Python environment
+    lives when gpubox_env_prefix is not set (each stack its own, so a move builds the new environment beside the
+    old one and a move back finds the old one whole: no download; docs/day-two.md)."""
 
     name: str
     summary: str
@@ -84,6 +87,7 @@ class Stack:
     constraints: str
     advisories: str
     engine: str
+    env_prefix: str
     support: tuple[SupportEnd, ...] = field(default_factory=tuple)
 
     @property
@@ -119,6 +123,8 @@ STACKS: dict[str, Stack] = {
             constraints="constraints-vllm-0.7.3.txt",
             advisories="advisories.yml",
             engine="v0",
+            # The one prefix every box had before stacks existed (the pinned stack renders as before).
+            env_prefix="/opt/gpubox/venv",
             support=(
                 SupportEnd("NVIDIA driver R535", "2026-06", _NVIDIA_SUPPORT),
                 _UBUNTU_2204,
@@ -150,6 +156,7 @@ STACKS: dict[str, Stack] = {
             constraints="constraints-vllm-0.32.0.txt",
             advisories="advisories-vllm-0.32.0.yml",
             engine="v1",
+            env_prefix="/opt/gpubox/venv-lts-580",
             support=(
                 SupportEnd("NVIDIA driver R580 (LTSB)", "2028-06", _NVIDIA_SUPPORT),
                 _UBUNTU_2204,
@@ -196,6 +203,15 @@ def engine_of(values: Any) -> str:
     return STACKS[name.strip()].engine if isinstance(name, str) and name.strip() in STACKS else STACKS[DEFAULT].engine
 
 
+def env_prefix(explicit: Any, stack: Any) -> Any:
+    """The prefix of the Python environment a box runs: ``explicit`` (gpubox_env_prefix, checked) when set, else
+    the stack's own (``Stack.env_prefix``); None when neither is known (a bad stack name is refused by name
+    elsewhere). An explicit prefix is one environment for every stack: a move reinstalls it in place."""
+    if explicit is not None:
+        return explicit
+    return STACKS[stack].env_prefix if isinstance(stack, str) and stack in STACKS else None
+
+
 def _release(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version)[:3])
 
@@ -237,6 +253,7 @@ def info(name: str) -> dict[str, Any]:
         "hash_lock": stack.hash_lock,
         "advisories": stack.advisories,
         "engine": stack.engine,
+        "env_prefix": stack.env_prefix,
     }
 
 

@@ -705,5 +705,10 @@ def validate(values: Mapping[str, Any]) -> State:
         state.values[name] = value
         if error:
             state.errors.extend(error.split("\n"))  # a list fact (gpubox_tenants) may have several problems
+    # Unset, the environment is the stack's own (stacks.env_prefix): every reader, and the overlap check below,
+    # sees the resolved prefix, never the raw variable.
+    state.values["gpubox_env_prefix"] = stacks.env_prefix(
+        state.values.get("gpubox_env_prefix"), state.values.get("gpubox_stack")
+    )
     _cross_checks(state)
     return state

