@@ -422,6 +422,9 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
         roll = r.get("rolling_rebuild") or {}
         if roll.get("load"):
             lines += fleet_load_lines(roll)
+        move = r.get("stack_move") or {}
+        if move.get("load_back"):
+            lines += stack_move_lines(move)
         down = r.get("box_down") or {}
         if down:
             lines.append(
@@ -440,6 +443,18 @@ def fleet_bench_report(logs: Path = ROOT / ".cache" / "molecule-logs") -> str:
         if turn:
             lines.append(f"- rebuild with a failing box: requests {turn['requests']}, failed {turn['failed']}")
     return "\n".join(lines) + "\n"
+
+
+def stack_move_lines(move: dict) -> list[str]:
+    """Steps (c) and (h) of molecule/fleet: the fleet moved to another stack by the roll of (c), and back."""
+    back = move["load_back"]["roll"]
+    kept = sum(all(box["on_disk"].values()) for box in move["boxes_back"])
+    return [
+        f"- stack move: the roll above moved the fleet to {move['to']}; the same command moved it back to "
+        f"{move['back']} with pip's index unreachable in {float(move['seconds_back']):.0f} s under the same load: "
+        f"streams {back['streams']}, failed {back['failed']}, truncated {back['truncated']}; "
+        f"boxes holding both environments after it: {kept} of {len(move['boxes_back'])}",
+    ]
 
 
 def fleet_load_lines(roll: dict) -> list[str]:

@@ -133,8 +133,14 @@ def test_bench_reports_the_fleet_waves_from_the_scenarios_record(tmp_path) -> No
             "boxes": {"b1": {"drain": {"seconds": 12.5, "in_flight_at_drain": 9, "timed_out": False}}, "b2": {}},
             "load": {"steady": phase, "roll": {**phase, "ttft_p99_ms": 450.0}, "load_per_box": {"b1": 11.0},
                      "busiest_over_mean": 1.1, "session_share_on_own_box": 0.93}}  # fmt: skip
-    (tmp_path / "fleet.results.json").write_text(json.dumps({"rolling_rebuild": roll}))
+    on_disk = {"/opt/gpubox/venv": True, "/opt/gpubox/venv-lts-580": True}
+    move = {"to": "lts-580", "back": "pinned-0.7.3", "seconds_back": 95.4,
+            "boxes_back": [{"on_disk": on_disk}, {"on_disk": {**on_disk, "/opt/gpubox/venv-lts-580": False}}],
+            "load_back": {"steady": phase, "roll": {**phase, "streams": 64}}}  # fmt: skip
+    (tmp_path / "fleet.results.json").write_text(json.dumps({"rolling_rebuild": roll, "stack_move": move}))
     text = bench.fleet_bench_report(tmp_path)
+    assert "moved the fleet to lts-580" in text and "back to pinned-0.7.3 with pip's index unreachable in 95 s" in text
+    assert "streams 64, failed 0, truncated 0; boxes holding both environments after it: 1 of 2" in text
     assert "| 2 | b2, b3 | 500 | 10 | 0 | 0 | 0 | 2,000 |" in text
     assert "1 box (cold cache) 400 s; 2 boxes at once (warm cache) 500 s; all 3: 900 s" in text
     assert "3 boxes / 1 box: **1.0100**" in text and "added 10 bytes" in text
