@@ -1,8 +1,12 @@
 """Verify the host layer on the simulated 4 x RTX 4090 box: PCIe only, the driver reports no P2P."""
 
 import json
+import os
+import subprocess
+from pathlib import Path
 
 PIN = "535.261.03-1"
+BOX = "gpubox-m-4x4090"
 
 
 def test_driver_pinned_and_held(host):
@@ -46,3 +50,44 @@ def test_metrics_export_the_p2p_verdict_and_the_4x4090_plan(host):
     lines = [line for line in text.splitlines() if line.startswith("gpubox_")]
     assert 'gpubox_info{cuda="12.2",driver="535.261.03-1",p2p="disabled"} 1' in lines, lines
     assert "gpubox_kv_cache_blocks_planned 8779" in lines, lines
+
+
+# ---------------------------------------------------------------- the plan on each stack, on this box
+PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
+
+
+def preflight_on(stack: str) -> dict:
+    """playbooks/preflight.yml against this box with gpubox_stack set; the json callback's result (the
+    profile_tasks lines around it skipped)."""
+    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json")
+    env.setdefault("ANSIBLE_CONFIG", str(PROJECT / "ansible.cfg"))
+    env.setdefault("ANSIBLE_ROLES_PATH", str(PROJECT / "roles"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(PROJECT / "collections"))
+    inventory = env.get("MOLECULE_INVENTORY_FILE") or env["MOLECULE_EPHEMERAL_DIRECTORY"] + "/inventory"
+    argv = ["ansible-playbook", "-i", inventory, "-l", BOX, str(PROJECT / "playbooks/preflight.yml"),
+            "-e", f"gpubox_stack={stack}"]  # fmt: skip
+    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=PROJECT)
+    result, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
+    tables = [
+        host["msg"]
+        for play in result["plays"]
+        for task in play["tasks"]
+        if task["task"]["name"] == "Show what was found and the memory plan"
+        for host in task["hosts"].values()
+    ]
+    return {"rc": proc.returncode, "stats": result["stats"][BOX], "table": tables[0] if tables else []}
+
+
+def test_the_box_plans_on_both_stacks_and_preflight_changes_nothing():
+    """Issue 33: both topologies plan on both stacks. The 4 x 4090 box converged on the pinned stack; its
+    preflight on each stack names the stack and its engine and fits the group's model (Qwen2.5-72B AWQ, tp 4),
+    with the KV cache of each engine's own budget (V0's and V1's differ), and changes nothing."""
+    kv = {}
+    for stack, engine in (("pinned-0.7.3", "V0 engine"), ("lts-580", "V1 engine")):
+        run = preflight_on(stack)
+        assert run["rc"] == 0 and run["stats"]["failures"] == 0 and run["stats"]["changed"] == 0, run
+        table = run["table"]
+        assert any(line.startswith(f"stack {stack}:") and engine in line for line in table), table
+        assert any(line.startswith("plan: fits") and " yes " in line for line in table), table
+        kv[stack] = next(line for line in table if line.startswith("plan: KV cache"))
+    assert kv["pinned-0.7.3"] != kv["lts-580"], kv
