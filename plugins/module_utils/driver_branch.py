@@ -28,7 +28,10 @@ Package names (facts, with their sources):
   ``libnvidia-ml1``, ``firmware-nvidia-gsp`` at the driver's version, ``nvidia-persistenced`` (contrib, its
   own version). Branches Debian's archive carries under these names: 535 (bookworm 535.261.03-1,
   bookworm-security 535.309.01-0+deb12u1) and 550 (trixie 550.163.01-2; it needs trixie's dkms,
-  nvidia-modprobe and libssl3t64, and so trixie's libc6: see NOTES).
+  nvidia-modprobe and libssl3t64, and so trixie's libc6: see NOTES). Under names that carry the branch,
+  bookworm also carries 470 (source nvidia-graphics-drivers-tesla-470, 470.256.02-1~deb12u1):
+  ``nvidia-tesla-470-kernel-dkms``, ``nvidia-tesla-470-smi``, ``libnvidia-tesla-470-cuda1``,
+  ``libnvidia-tesla-470-ml1`` (they install beside the 535 names: the move removes the old ones itself).
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 # The branches each distribution's archive carries under the names the role installs.
-BRANCHES: dict[str, tuple[str, ...]] = {"Ubuntu": ("535", "580"), "Debian": ("535", "550")}
+BRANCHES: dict[str, tuple[str, ...]] = {"Ubuntu": ("535", "580"), "Debian": ("470", "535", "550")}
 # What a plan says about a target that installs but not cleanly (the integrator shows it to the user).
 NOTES: dict[tuple[str, str], str] = {
     (
@@ -61,6 +64,25 @@ _UBUNTU_BASE = ("nvidia-headless-no-dkms", "nvidia-utils", "libnvidia-compute", 
 _DEBIAN_VERSIONED = ("nvidia-kernel-dkms", "nvidia-smi", "libcuda1", "libnvidia-ml1", "firmware-nvidia-gsp")
 _DEBIAN_UNVERSIONED = ("nvidia-persistenced",)
 _DEBIAN_USERSPACE = "nvidia-smi"
+# Debian's other branch family: nvidia-graphics-drivers-tesla-<branch>, every name carries the branch.
+_DEBIAN_TESLA = (
+    "nvidia-tesla-{b}-kernel-dkms",
+    "nvidia-tesla-{b}-smi",
+    "libnvidia-tesla-{b}-cuda1",
+    "libnvidia-tesla-{b}-ml1",
+)
+_DEBIAN_TESLA_BRANCHES = ("470",)
+
+
+def _debian_names(branch: str) -> tuple[tuple[str, ...], str]:
+    """The versioned packages of ``branch`` on Debian and its nvidia-smi package."""
+    if branch in _DEBIAN_TESLA_BRANCHES:
+        return tuple(n.format(b=branch) for n in _DEBIAN_TESLA), f"nvidia-tesla-{branch}-smi"
+    return _DEBIAN_VERSIONED, _DEBIAN_USERSPACE
+
+
+def _debian_tesla_smi(packages: Mapping[str, str]) -> list[str]:
+    return sorted(n for n in packages if re.fullmatch(r"nvidia-tesla-\d{3}-smi", n))
 
 
 class BranchMoveError(ValueError):
@@ -192,26 +214,33 @@ def plan(
 
     if distribution == "Ubuntu":
         userspace = next(
-            (name for name in packages if re.fullmatch(r"nvidia-utils-\d{3}-server", name)),
+            (name for name in packages if re.fullmatch(r"nvidia-utils-\d{3}(?:-server)?", name)),
             "",
         )
         purge = sorted(name for name in packages if branch_of_name(name) not in ("", branch))
         install = list(_ubuntu_install(branch, version, signed_modules, kernel_flavour))
     else:
-        userspace = _DEBIAN_USERSPACE if _DEBIAN_USERSPACE in packages else ""
-        purge = sorted(name for name in packages if branch_of_name(name) not in ("", branch))
+        names, userspace_new = _debian_names(branch)
+        userspace = next((n for n in (_DEBIAN_USERSPACE, *_debian_tesla_smi(packages)) if n in packages), "")
         old = packages.get(userspace, "")
-        # A moved build takes every package installed at the old build along (libnvidia-cfg1,
-        # nvidia-alternative, ...: they depend on each other at "=" versions), as the role does today.
+        # The packages of the installed build: they depend on each other at "=" versions (libnvidia-cfg1,
+        # nvidia-alternative, ...). Same names as the target's: they move along, as the role does today.
+        # Other names (a tesla-<branch> family on one side): they go, with every other branch's names.
         same_build = sorted(name for name, ver in packages.items() if old and ver == old and old != version)
-        named = [*_DEBIAN_VERSIONED]
-        for name in same_build:
+        same_family = bool(userspace) and userspace == userspace_new
+        purge = sorted(
+            {name for name in packages if branch_of_name(name) not in ("", branch)}
+            | (set() if same_family else set(same_build))
+        )
+        named = list(names)
+        for name in same_build if same_family else ():
             if name not in named and (offered is None or version in set(offered.get(name, ()))):
                 named.append(name)
         install = [f"{name}={version}" for name in named] + list(_DEBIAN_UNVERSIONED)
 
     from_version = packages.get(userspace, "")
-    from_branch, from_upstream = split_version(from_version, "the installed driver") if from_version else ("", "")
+    found = _VERSION.match(from_version)  # a build the table does not parse (an epoch) counts as another one
+    from_branch, from_upstream = (found.group("branch"), found.group("upstream")) if found else ("", from_version)
 
     if offered is not None:
         missing = [

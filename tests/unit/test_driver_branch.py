@@ -14,6 +14,7 @@ U535 = "535.274.02-0ubuntu0.22.04.1"
 U580 = "580.178.04-0ubuntu0.22.04.1"
 D535 = "535.261.03-1"
 D550 = "550.163.01-2"
+D470 = "470.256.02-1~deb12u1"
 
 # Ubuntu 22.04 with the role's 535-server DKMS set and what it pulls in.
 UBUNTU_535 = {
@@ -50,6 +51,23 @@ DEBIAN_535 = {
     "nvidia-smi": D535,
     "nvidia-support": "20220217+3~deb12u1",
     "libc6:amd64": "2.36-9+deb12u14",
+}
+# Debian 12 after the research run's move to bookworm's tesla-470 branch (dpkg "ii" rows).
+DEBIAN_470 = {
+    "glx-alternative-nvidia": "1.2.2",
+    "libnvidia-tesla-470-cfg1:amd64": D470,
+    "libnvidia-tesla-470-cuda1:amd64": D470,
+    "libnvidia-tesla-470-ml1:amd64": D470,
+    "libnvidia-tesla-470-ptxjitcompiler1:amd64": D470,
+    "nvidia-installer-cleanup": "20220217+3~deb12u1",
+    "nvidia-kernel-common": "20220217+3~deb12u1",
+    "nvidia-modprobe": "535.309.01-0+deb12u1",
+    "nvidia-persistenced": "535.171.04-1~deb12u1",
+    "nvidia-support": "20220217+3~deb12u1",
+    "nvidia-tesla-470-alternative": D470,
+    "nvidia-tesla-470-kernel-dkms": D470,
+    "nvidia-tesla-470-kernel-support": D470,
+    "nvidia-tesla-470-smi": D470,
 }
 DEBIAN_SAME_BUILD = [
     "firmware-nvidia-gsp",
@@ -147,11 +165,29 @@ def test_debian_refuses_a_named_package_the_archive_lacks():
         db.plan(DEBIAN_535, "Debian", "550", D550, offered=offered)
 
 
-def test_debian_back_to_535_removes_a_tesla_branch():
-    box = {"nvidia-tesla-470-smi": "470.256.02-1~deb12u1", "libnvidia-tesla-470-cuda1": "470.256.02-1~deb12u1"}
-    plan = db.plan(box, "Debian", "535", D535)
-    assert plan.purge == ("libnvidia-tesla-470-cuda1", "nvidia-tesla-470-smi")
-    assert plan.from_branch == "" and plan.reboot  # the role's userspace package was not installed
+def test_debian_535_to_470_purges_the_535_build_and_installs_the_tesla_names():
+    plan = db.plan(DEBIAN_535, "Debian", "470", D470, held=nvidia_held(DEBIAN_535))
+    assert plan.branch_move and (plan.from_branch, plan.to_branch) == ("535", "470")
+    # what apt removed in the research run: the 11 packages of the 535.261.03-1 build (installing the 470
+    # names alone removes nothing: apt simulated "7 newly installed, 0 to remove", both branches side by side)
+    assert plan.purge == tuple(DEBIAN_SAME_BUILD)
+    assert plan.install == (
+        f"nvidia-tesla-470-kernel-dkms={D470}",
+        f"nvidia-tesla-470-smi={D470}",
+        f"libnvidia-tesla-470-cuda1={D470}",
+        f"libnvidia-tesla-470-ml1={D470}",
+        "nvidia-persistenced",
+    )
+    assert "nvidia-smi" not in plan.hold and "nvidia-tesla-470-smi" in plan.hold
+    assert "nvidia-modprobe" in plan.hold and plan.reboot and not plan.notes
+
+
+def test_debian_470_back_to_535_purges_the_tesla_names():
+    plan = db.plan(DEBIAN_470, "Debian", "535", D535, held=nvidia_held(DEBIAN_470))
+    assert (plan.from_branch, plan.from_version) == ("470", D470)
+    assert plan.purge == tuple(sorted(db.package_name(n) for n in DEBIAN_470 if "tesla-470" in n))
+    assert plan.install == (*(f"{n}={D535}" for n in db._DEBIAN_VERSIONED), "nvidia-persistenced")
+    assert plan.reboot
 
 
 @pytest.mark.parametrize(
