@@ -52,6 +52,17 @@ NOTES: dict[tuple[str, str], str] = {
     "libssl3t64 and with it libc6 2.41 and base-files 13 (the box then reports Debian 13); the libc does "
     "not move back with a move back to 535.",
 }
+# The branches a RELEASE's own archive carries (its suites: <codename>, -updates, -security), under any of
+# the names above. Debian 12: 535 (nvidia-graphics-drivers) and 470 (nvidia-graphics-drivers-tesla-470);
+# its 550 is trixie's and needs trixie's libc6 2.41 (research run, .cache/branch-experiment 08 and 13).
+RELEASE_BRANCHES: dict[tuple[str, str], tuple[str, ...]] = {
+    ("Ubuntu", "22"): ("535", "580"),
+    ("Debian", "12"): ("470", "535"),
+}
+RELEASE_WHY: dict[tuple[str, str, str], str] = {
+    ("Debian", "12", "550"): "Debian's 550 is trixie's (Debian 13): on Debian 12 it needs trixie's libc6 2.41 "
+    "and turns the box into Debian 13.",
+}
 # The NVIDIA packages: the role's apt pin globs (roles/nvidia_driver/vars/*.yml) and the kernel module packages.
 NVIDIA_GLOBS = ("*nvidia*", "libcuda*", "libnv*")
 # <stem containing "nvidia", no dots>-<branch>[-server][-open][-<rest>]: the branch a package name carries.
@@ -174,6 +185,25 @@ def _check_target(distribution: str, branch: str, version: str) -> str:
     return upstream
 
 
+def check_release(distribution: str, release: str, branch: str, version: str) -> str:
+    """The target's upstream version; BranchMoveError when ``release``'s archive lacks the branch.
+
+    ``release``: the distribution's major version (``ansible_facts.distribution_major_version``). A release
+    the table does not list is checked against the distribution's branches only (``BRANCHES``).
+    """
+    carried = RELEASE_BRANCHES.get((distribution, str(release)))
+    branch = str(branch).strip()
+    if carried is not None and branch not in carried:
+        why = RELEASE_WHY.get((distribution, str(release), branch), "")
+        raise BranchMoveError(
+            f"nvidia_driver_branch={branch!r} is not a branch {distribution} {release}'s archive carries "
+            f"(it carries {', '.join(carried)}).{' ' + why if why else ''} Fix: set nvidia_driver_branch to one of "
+            f"{', '.join(carried)} with an nvidia_driver_version `apt-cache madison` lists for it, or leave both "
+            "empty to take the stack's. Nothing was changed."
+        )
+    return _check_target(distribution, branch, version)
+
+
 def _ubuntu_install(branch: str, version: str, signed_modules: bool, kernel_flavour: str) -> tuple[str, ...]:
     names = [f"{stem}-{branch}-server={version}" for stem in _UBUNTU_BASE]
     if not kernel_flavour:
@@ -278,3 +308,72 @@ def plan(
         reboot=reboot,
         notes=(note,) if note and (install or purge) else (),
     )
+
+
+def installed_versions(package_facts: Mapping[str, object]) -> dict[str, str]:
+    """name -> version from ``ansible_facts.packages`` (package_facts: name -> list of {version, ...})."""
+    out: dict[str, str] = {}
+    for name, rows in package_facts.items():
+        if isinstance(rows, list) and rows and isinstance(rows[0], Mapping) and rows[0].get("version"):
+            out[package_name(str(name))] = str(rows[0]["version"])
+    return out
+
+
+def plan_facts(
+    package_facts: Mapping[str, object],
+    distribution: str,
+    release: str,
+    branch: str,
+    version: str,
+    *,
+    held: Iterable[str] = (),
+    signed_modules: bool = False,
+    kernel_flavour: str = "",
+) -> dict[str, object]:
+    """The role's view of ``plan()``: its fields as a dict, ``problems`` (a refusal's message) and ``summary``."""
+    try:
+        check_release(distribution, release, branch, version)
+        result = plan(
+            installed_versions(package_facts),
+            distribution,
+            branch,
+            version,
+            held=held,
+            signed_modules=signed_modules,
+            kernel_flavour=kernel_flavour,
+        )
+    except BranchMoveError as exc:
+        return {
+            "problems": [str(exc)],
+            "purge": [],
+            "unhold": [],
+            "install": [],
+            "hold": [],
+            "reboot": False,
+            "branch_move": False,
+            "changes": False,
+            "summary": "",
+        }
+    move = f"branch {result.from_branch} -> {result.to_branch}" if result.branch_move else "no branch change"
+    summary = (
+        f"{move} ({result.from_version or 'no driver'} -> {result.to_version}): purge "
+        f"{' '.join(result.purge) or 'nothing'}; install {' '.join(result.install) or 'nothing'}; hold every "
+        f"NVIDIA package; {'reboot' if result.reboot else 'no reboot'}"
+    )
+    return {
+        "problems": [],
+        "distribution": result.distribution,
+        "from_branch": result.from_branch,
+        "from_version": result.from_version,
+        "to_branch": result.to_branch,
+        "to_version": result.to_version,
+        "unhold": list(result.unhold),
+        "purge": list(result.purge),
+        "install": list(result.install),
+        "hold": list(result.hold),
+        "reboot": result.reboot,
+        "branch_move": result.branch_move,
+        "changes": result.changes,
+        "notes": list(result.notes),
+        "summary": summary,
+    }

@@ -228,3 +228,104 @@ def test_ubuntu_without_a_flavour_is_refused():
 )
 def test_branch_of_name(name, branch):
     assert db.branch_of_name(name) == branch
+
+
+# The release check the role runs before any change (tasks/validate.yml, also run by preflight).
+@pytest.mark.parametrize(
+    ("distribution", "release", "branch", "version"),
+    [
+        ("Debian", "12", "535", D535),
+        ("Debian", "12", "470", D470),
+        ("Ubuntu", "22", "535", U535),
+        ("Ubuntu", "22", "580", U580),
+    ],
+)
+def test_the_release_carries_the_branch(distribution, release, branch, version):
+    assert db.check_release(distribution, release, branch, version) == version.split("-")[0]
+
+
+@pytest.mark.parametrize(
+    ("distribution", "release", "branch", "version", "says"),
+    [
+        ("Debian", "12", "580", "580.95.05-1", "it carries 470, 535"),
+        ("Debian", "12", "550", D550, "needs trixie's libc6 2.41"),
+        ("Ubuntu", "22", "470", "470.256.02-0ubuntu0.22.04.1", "it carries 535, 580"),
+    ],
+)
+def test_a_branch_the_release_lacks_is_refused_naming_the_variable_and_the_fix(
+    distribution, release, branch, version, says
+):
+    with pytest.raises(db.BranchMoveError) as err:
+        db.check_release(distribution, release, branch, version)
+    text = str(err.value)
+    assert f"nvidia_driver_branch='{branch}' is not a branch {distribution} {release}'s archive carries" in text
+    assert says in text and "Fix: set nvidia_driver_branch to one of" in text and "Nothing was changed" in text
+
+
+def test_control_the_distribution_table_alone_accepts_trixies_550_on_debian():
+    # control for the test above: plan() knows Debian's branches across releases; only the release check
+    # refuses 550 on Debian 12, where it would pull trixie's libc6 (research run, 08 and 13)
+    assert db.plan(DEBIAN_535, "Debian", "550", D550).notes
+    with pytest.raises(db.BranchMoveError):
+        db.check_release("Debian", "12", "550", D550)
+
+
+def test_a_release_the_table_lacks_is_checked_against_the_distribution():
+    assert db.check_release("Debian", "13", "550", D550) == "550.163.01"
+
+
+def _facts(installed: dict[str, str]) -> dict[str, list[dict[str, str]]]:
+    """ansible_facts.packages as package_facts (manager apt) returns them: no architecture suffix."""
+    return {db.package_name(name): [{"name": db.package_name(name), "version": v}] for name, v in installed.items()}
+
+
+def test_installed_versions_reads_package_facts():
+    assert db.installed_versions(_facts({"libcuda1:amd64": D535, "nvidia-smi": D535})) == {
+        "libcuda1": D535,
+        "nvidia-smi": D535,
+    }
+    assert db.installed_versions({"odd": [], "other": "x"}) == {}
+
+
+def test_plan_facts_is_the_roles_view_of_a_branch_move():
+    got = db.plan_facts(_facts(DEBIAN_535), "Debian", "12", "470", D470, held=nvidia_held(DEBIAN_535))
+    assert got["problems"] == [] and got["branch_move"] and got["reboot"] and got["changes"]
+    assert got["purge"] == DEBIAN_SAME_BUILD
+    assert got["install"][0] == f"nvidia-tesla-470-kernel-dkms={D470}"
+    assert got["summary"].startswith(f"branch 535 -> 470 ({D535} -> {D470}): purge firmware-nvidia-gsp libcuda1")
+
+
+def test_plan_facts_of_a_converged_box_purges_nothing():
+    got = db.plan_facts(_facts(DEBIAN_470), "Debian", "12", "470", D470, held=nvidia_held(DEBIAN_470))
+    assert (got["purge"], got["install"], got["changes"], got["reboot"]) == ([], [], False, False)
+
+
+def test_plan_facts_of_a_version_move_purges_nothing():
+    # the version move the role did before (535.261.03-1 -> 535.309.01-0+deb12u1): no purge, so the role's
+    # apt task installs as before (tasks/main.yml takes the apt-get --purge path only for a purge)
+    got = db.plan_facts(_facts(DEBIAN_535), "Debian", "12", "535", "535.309.01-0+deb12u1")
+    assert got["purge"] == [] and not got["branch_move"] and got["reboot"]
+
+
+def test_plan_facts_reports_a_refusal_as_a_problem_not_a_traceback():
+    got = db.plan_facts(_facts(DEBIAN_535), "Debian", "12", "580", "580.95.05-1")
+    assert got["problems"] and "nvidia_driver_branch='580'" in got["problems"][0]
+    assert (got["purge"], got["install"], got["changes"]) == ([], [], False)
+
+
+def test_plan_facts_ubuntu_535_to_580_purges_the_535_server_names():
+    got = db.plan_facts(_facts(UBUNTU_535), "Ubuntu", "22", "580", U580, signed_modules=False, kernel_flavour="generic")
+    assert got["problems"] == []
+    assert got["purge"] and all("-535-server" in name for name in got["purge"])
+    assert f"nvidia-dkms-580-server={U580}" in got["install"] and "linux-headers-generic" in got["install"]
+
+
+def test_the_filter_hands_the_roles_inputs_to_the_plan():
+    from ansible_collections.gpubox.gpubox.plugins.filter.gpubox_filters import FilterModule
+
+    plan = FilterModule().filters()["driver_branch_plan"]
+    # as validate.yml calls it: package facts, distribution, major version, branch, version, held lines, ...
+    got = plan(_facts(DEBIAN_470), "Debian", "12", "535", D535, ["nvidia-tesla-470-smi"], False, "")
+    assert got["purge"] == sorted(db.package_name(n) for n in DEBIAN_470 if "tesla-470" in n)
+    assert got["unhold"] == ["nvidia-tesla-470-smi"]
+    assert plan(_facts(DEBIAN_535), "Debian", "12", "580", "580.95.05-1", "", False, "")["problems"]
