@@ -80,6 +80,10 @@ class Box:
             "gate": json.loads(gate) if gate.strip() else None,
             "loaded_module": self.sh(f"cat {SYSFS}/sys/module/nvidia/version 2>/dev/null").strip(),
             "dkms_status": self.sh("dkms status 2>&1"),
+            # Debian's alternatives pick the branch's libraries (/usr/lib/nvidia/current: 535, .../tesla-470)
+            "nvidia_alternative": self.sh(
+                "update-alternatives --query nvidia 2>/dev/null | sed -n 's/^Value: //p'"
+            ).strip(),
         }
 
 

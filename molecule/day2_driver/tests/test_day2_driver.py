@@ -156,6 +156,7 @@ def _on_470(step):
     assert SRC_535 not in sources, sources[SRC_535]  # not even "rc" (conffiles of a removed package)
     assert box["driver_packages"] == {}, box["driver_packages"]
     assert f"Pin: version {PIN_470}" in box["pref"]
+    assert box["nvidia_alternative"] == "/usr/lib/nvidia/tesla-470", box["nvidia_alternative"]
 
 
 def _no_470_left(step):
@@ -204,6 +205,8 @@ def test_branch_move_back_to_535_purges_470_and_asks_one_reboot(day2):
     assert _driver_command(step), step["cmd"]
     _at(step, PIN_A)
     _no_470_left(step)  # not even "rc"
+    # the purge of tesla-470's alternative left Debian's 535 one in place (research run: /usr/lib/nvidia/current)
+    assert step["box"]["nvidia_alternative"] == "/usr/lib/nvidia/current", step["box"]["nvidia_alternative"]
     rows_535 = step["box"]["driver_sources"][SRC_535]
     assert all(row == [PIN_A, "hi"] for row in rows_535.values()), rows_535  # installed and held, none "rc"
     gate = step["box"]["gate"]
