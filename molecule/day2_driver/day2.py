@@ -11,9 +11,14 @@ layer, so a move that leaves any other role of it with work to do still fails a 
 packages and versions, holds, the apt pin, the unattended-upgrades blacklist, the reboot gate's
 record, the simulated loaded module) is written to --out as JSON; tests/test_day2_driver.py asserts it.
 
+Then the driver BRANCH move (issue 33 item 6): a branch Debian 12's archive does not carry (580) is refused
+by preflight before any change; 535.261.03-1 -> bookworm's nvidia-tesla-470 470.256.02-1~deb12u1 and back,
+each ``--tags driver -e nvidia_driver_branch=... -e nvidia_driver_version=...``, each one apt transaction
+that purges the other branch's packages, then a simulated reboot and a run that must change nothing.
+
 SIMULATED: a container cannot reboot; simulate_reboot.yml stands in for it (the simulated sysfs shows
 the module of the installed build loaded, then the reboot gate's own after-reboot record runs). Only
-the GPU edge is simulated; the packages are Debian 12's real driver 535 builds.
+the GPU edge is simulated; the packages are Debian 12's real driver 535 builds and its real tesla-470 build.
 """
 
 from __future__ import annotations
@@ -33,6 +38,10 @@ ROOT = HERE.parent.parent
 PIN_A = "535.261.03-1"  # bookworm/non-free
 PIN_B = "535.309.01-0+deb12u1"  # bookworm-security/non-free
 BAD_PIN = "535.1.2-1"  # in neither suite
+# bookworm/non-free, source nvidia-graphics-drivers-tesla-470: the other branch Debian 12 carries, under names
+# that carry it (nvidia-tesla-470-smi, ...); the branch move purges the 535 names in the same apt transaction.
+PIN_470 = "470.256.02-1~deb12u1"
+BAD_BRANCH = ("580", "580.95.05-1")  # a branch Debian 12's archive does not carry
 SYSFS = "/srv/gpubox-sim/root"
 
 
@@ -55,15 +64,26 @@ class Box:
             parts = row.split()
             if len(parts) >= 4 and parts[2] == "nvidia-graphics-drivers" and parts[3] in ("ii", "hi"):
                 driver[parts[0]] = parts[1]
+        # every package of a driver source in ANY state dpkg still records (rc: removed, conffiles left)
+        rows_by_source: dict[str, dict[str, list[str]]] = {}
+        for row in rows:
+            parts = row.split(maxsplit=3)
+            if len(parts) >= 4 and parts[2].startswith("nvidia-graphics-drivers"):
+                rows_by_source.setdefault(parts[2], {})[parts[0]] = [parts[1], parts[3].strip()]
         gate = self.sh("cat /etc/ansible/facts.d/gpubox_reboot.fact 2>/dev/null")
         return {
             "driver_packages": driver,
+            "driver_sources": rows_by_source,
             "held": sorted(self.sh("apt-mark showhold").split()),
             "pref": self.sh("cat /etc/apt/preferences.d/60-gpubox-nvidia-driver.pref 2>/dev/null"),
             "uu_blacklist": self.sh("apt-config dump Unattended-Upgrade::Package-Blacklist"),
             "gate": json.loads(gate) if gate.strip() else None,
             "loaded_module": self.sh(f"cat {SYSFS}/sys/module/nvidia/version 2>/dev/null").strip(),
             "dkms_status": self.sh("dkms status 2>&1"),
+            # Debian's alternatives pick the branch's libraries (/usr/lib/nvidia/current: 535, .../tesla-470)
+            "nvidia_alternative": self.sh(
+                "update-alternatives --query nvidia 2>/dev/null | sed -n 's/^Value: //p'"
+            ).strip(),
         }
 
 
@@ -150,8 +170,27 @@ def main(argv: list[str] | None = None) -> int:
     reboot("reboot_back_into_a")
     step("after_reboot_back_a", converge, "-e", f"nvidia_driver_version={PIN_A}")
 
-    args.out.write_text(json.dumps({"pins": [PIN_A, PIN_B], "bad_pin": BAD_PIN, "steps": steps}, indent=1))
-    failed = [name for name, s in steps.items() if s.get("rc") not in (None, 0) and name != "bad_pin"]
+    # 7. the branch move on real packages: a branch Debian 12 lacks is refused by preflight (nothing changed);
+    #    then 535 -> bookworm's tesla-470 and back, each move one apt transaction, each followed by a reboot
+    #    and a run that must be changed=0 with no reboot reason
+    step(
+        "refuse_branch",
+        ROOT / "playbooks" / "preflight.yml",
+        *("-e", f"nvidia_driver_branch={BAD_BRANCH[0]}", "-e", f"nvidia_driver_version={BAD_BRANCH[1]}"),
+    )
+    to_470 = ("-e", "nvidia_driver_branch=470", "-e", f"nvidia_driver_version={PIN_470}")
+    back_535 = ("-e", "nvidia_driver_branch=535", "-e", f"nvidia_driver_version={PIN_A}")
+    step("branch_470", converge, *driver, *to_470)
+    reboot("reboot_into_470")
+    step("after_reboot_470", converge, *driver, *to_470)
+    step("branch_back_535", converge, *driver, *back_535)
+    reboot("reboot_back_into_535")
+    step("settled", converge, *driver, *back_535)
+
+    record = {"pins": [PIN_A, PIN_B], "bad_pin": BAD_PIN, "pin_470": PIN_470, "bad_branch": list(BAD_BRANCH)}
+    args.out.write_text(json.dumps({**record, "steps": steps}, indent=1))
+    refusals = ("bad_pin", "refuse_branch")
+    failed = [name for name, s in steps.items() if s.get("rc") not in (None, 0) and name not in refusals]
     if failed:
         for name in failed:
             print(f"day2: step {name} failed:\n{steps[name]['output_tail']}", file=sys.stderr)

@@ -16,6 +16,8 @@
     {{ record | gpubox.gpubox.reboot_message }}           -> the gate's one line
     {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
                                                           -> what keeps a nvidia module for every kernel
+    {{ packages | gpubox.gpubox.driver_branch_plan(distribution, release, branch, version, held, signed, flavour) }}
+                                                          -> the driver move (purge, install, hold, reboot; problems)
     {{ gpubox_tenants | gpubox.gpubox.tenant_key_map(gpubox_api_key) }} -> [[regex, tenant], ...] (SECRET: no_log)
     {{ gpubox_tenants | gpubox.gpubox.tenant_keys(gpubox_api_key) }}    -> [[key, tenant], ...] (SECRET: no_log)
 
@@ -32,6 +34,7 @@ from ansible.errors import AnsibleFilterError
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
+    driver_branch,
     kernel_modules,
     model_catalog,
     net_checks,
@@ -158,6 +161,30 @@ def kernel_module_plan(
     )
 
 
+def driver_branch_plan(
+    packages: Any,
+    distribution: str,
+    release: str,
+    branch: str,
+    version: str,
+    held: Any = (),
+    signed: bool = False,
+    flavour: str = "",
+) -> dict:
+    """The driver move from ansible_facts.packages (plugins/module_utils/driver_branch.py); a refusal is in problems."""
+    held_names = str(held).split() if isinstance(held, str) else [str(name) for name in held or ()]
+    return driver_branch.plan_facts(
+        dict(packages or {}),
+        str(distribution),
+        str(release),
+        str(branch),
+        str(version),
+        held=held_names,
+        signed_modules=bool(signed),
+        kernel_flavour=str(flavour or ""),
+    )
+
+
 def _tenants(value: Any, api_key: Any, who: str) -> list[tenants.Tenant]:
     try:
         return tenants.parse(value, api_key)
@@ -196,6 +223,7 @@ class FilterModule:
             "reboot_decision": reboot_decision,
             "reboot_message": reboot_message,
             "kernel_module_plan": kernel_module_plan,
+            "driver_branch_plan": driver_branch_plan,
             "tenant_key_map": tenant_key_map,
             "tenant_keys": tenant_keys,
         }

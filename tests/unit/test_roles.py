@@ -69,9 +69,9 @@ def render(value, variables: dict):
         return out.strip()
 
 
-def driver_vars(distro: str, flavour: str, secure_boot: bool) -> dict:
+def driver_vars(distro: str, flavour: str, secure_boot: bool, branch: str = "535") -> dict:
     variables = {
-        "__nvidia_driver_branch": "535",
+        "__nvidia_driver_branch": branch,
         "_nvidia_driver_kernel_flavour": flavour,
         "_nvidia_driver_secure_boot_on": secure_boot,
     }
@@ -122,7 +122,81 @@ def test_debian_12_driver_package_set():
         "firmware-nvidia-gsp",
         "nvidia-persistenced",
     ]
+    assert v["__nvidia_driver_userspace_package"] == "nvidia-smi"
     # the version is the stack's (gpubox_stack): tests/unit/test_stacks.py renders it per distribution
+
+
+def test_debian_12_tesla_470_package_set():
+    # bookworm's nvidia-graphics-drivers-tesla-470: every name carries the branch, no GSP firmware
+    v = driver_vars("Debian-12", "", False, branch="470")
+    assert v["__nvidia_driver_versioned_packages"] == [
+        "nvidia-tesla-470-kernel-dkms",
+        "nvidia-tesla-470-smi",
+        "libnvidia-tesla-470-cuda1",
+        "libnvidia-tesla-470-ml1",
+    ]
+    assert v["__nvidia_driver_packages"] == [*v["__nvidia_driver_versioned_packages"], "nvidia-persistenced"]
+    assert v["__nvidia_driver_userspace_package"] == "nvidia-tesla-470-smi"
+
+
+def test_debian_names_agree_with_the_branch_move_plan():
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import driver_branch
+
+    for branch in ("470", "535"):
+        names, userspace = driver_branch._debian_names(branch)
+        v = driver_vars("Debian-12", "", False, branch=branch)
+        assert (v["__nvidia_driver_versioned_packages"], v["__nvidia_driver_userspace_package"]) == (
+            list(names),
+            userspace,
+        )
+
+
+@pytest.mark.parametrize("branch", ["535", "580"])
+def test_ubuntu_2204_names_follow_the_branch(branch):
+    v = driver_vars("Ubuntu-22", "generic", False, branch=branch)
+    assert v["__nvidia_driver_packages"] == [
+        f"nvidia-headless-no-dkms-{branch}-server",
+        f"nvidia-utils-{branch}-server",
+        f"libnvidia-compute-{branch}-server",
+        f"nvidia-compute-utils-{branch}-server",
+        f"nvidia-dkms-{branch}-server",
+        "linux-headers-generic",
+    ]
+    assert v["__nvidia_driver_userspace_package"] == f"nvidia-utils-{branch}-server"
+
+
+def _task(path: str, name: str) -> dict:
+    def walk(tasks):
+        for task in tasks:
+            yield task
+            for key in ("block", "rescue", "always"):
+                yield from walk(task.get(key) or [])
+
+    return next(t for t in walk(load(ROOT / path)) if t.get("name") == name)
+
+
+def test_the_branch_move_is_one_apt_transaction_that_purges_the_old_branch():
+    task = _task(
+        "roles/nvidia_driver/tasks/main.yml",
+        "Move the driver to the pinned branch in one apt transaction (purge the old branch, install the new)",
+    )
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
+    env.filters["regex_replace"] = lambda value, pattern, repl: re.sub(pattern, repl, value)
+    plan = {"purge": ["libcuda1", "nvidia-smi"]}
+    install = ["nvidia-tesla-470-smi=470.256.02-1~deb12u1", "nvidia-persistenced"]
+    argv = yaml.safe_load(
+        env.from_string(task["ansible.builtin.command"]["argv"]).render(
+            _nvidia_driver_plan=plan, _nvidia_driver_install=install
+        )
+    )
+    assert argv[:3] == ["apt-get", "install", "-y"] and "--purge" in argv and "--allow-downgrades" in argv
+    assert argv[-4:] == [*install, "libcuda1-", "nvidia-smi-"]  # apt-get's "name-": removed in the same run
+    assert task["when"] == "_nvidia_driver_plan.purge | length > 0"
+    apt = _task(
+        "roles/nvidia_driver/tasks/main.yml",
+        "Ensure the driver packages are installed at exactly the pinned version (moves an installed build up or down)",
+    )
+    assert apt["when"] == "_nvidia_driver_plan.purge | length == 0"  # a version move: the apt task as before
 
 
 @pytest.mark.parametrize(

@@ -129,3 +129,92 @@ def test_box_ends_on_the_first_pin_held(host):
     held = host.check_output("apt-mark showhold").split()
     for name in NAMED:
         assert name in held or f"{name}:amd64" in held, name
+
+
+# The branch move (issue 33 item 6): Debian 12's real 535 packages (source nvidia-graphics-drivers) and its real
+# tesla-470 ones (source nvidia-graphics-drivers-tesla-470, names that carry the branch).
+PIN_470 = "470.256.02-1~deb12u1"
+SRC_535 = "nvidia-graphics-drivers"
+SRC_470 = "nvidia-graphics-drivers-tesla-470"
+NAMED_470 = [
+    "nvidia-tesla-470-kernel-dkms",
+    "nvidia-tesla-470-smi",
+    "libnvidia-tesla-470-cuda1",
+    "libnvidia-tesla-470-ml1",
+]
+
+
+def _on_470(step):
+    """The tesla-470 build installed and held, every package at PIN_470; not one 535 package in any state."""
+    box = step["box"]
+    sources = box["driver_sources"]
+    tesla = sources.get(SRC_470, {})
+    for name in NAMED_470:
+        assert any(p.split(":")[0] == name for p in tesla), (name, tesla)
+    for name, (version, state) in tesla.items():
+        assert (version, state) == (PIN_470, "hi"), (name, version, state)  # installed and held
+    assert SRC_535 not in sources, sources[SRC_535]  # not even "rc" (conffiles of a removed package)
+    assert box["driver_packages"] == {}, box["driver_packages"]
+    assert f"Pin: version {PIN_470}" in box["pref"]
+    assert box["nvidia_alternative"] == "/usr/lib/nvidia/tesla-470", box["nvidia_alternative"]
+
+
+def _no_470_left(step):
+    assert SRC_470 not in step["box"]["driver_sources"], step["box"]["driver_sources"][SRC_470]
+
+
+def test_a_branch_the_archive_lacks_is_refused_by_preflight_before_any_change(day2):
+    step = day2["steps"]["refuse_branch"]
+    assert step["rc"] != 0
+    assert step["recap"]["changed"] == 0
+    out = step["output_tail"]
+    branch = day2["bad_branch"][0]
+    assert f"nvidia_driver_branch='{branch}' is not a branch Debian 12's archive carries" in out, out
+    assert "Fix: set nvidia_driver_branch to one of 470, 535" in out, out
+    assert "gpubox preflight refused this box" in out
+    _at(step, PIN_A)
+    _no_470_left(step)
+
+
+def test_branch_move_to_470_purges_535_in_the_same_transaction_and_asks_one_reboot(day2):
+    step = day2["steps"]["branch_470"]
+    _ok(step)
+    assert step["recap"]["changed"] > 0
+    assert _driver_command(step), step["cmd"]
+    assert "nvidia_driver_branch=470" in step["cmd"], step["cmd"]
+    _on_470(step)
+    gate = step["box"]["gate"]
+    assert gate["decision"] == "skipped" and gate["skipped_by"] == "gpubox_reboot_skip", gate
+    assert len(_driver_reasons(gate, PIN_A, PIN_470)) == 1, gate
+
+
+def test_after_the_reboot_into_470_nothing_changes(day2):
+    step = day2["steps"]["after_reboot_470"]
+    _ok(step)
+    assert step["recap"]["changed"] == 0, step["output_tail"]
+    gate = step["box"]["gate"]
+    assert gate["reasons"] == [] and gate["decision"] == "none", gate
+    assert step["box"]["loaded_module"] == PIN_470.split("-")[0]  # the simulated reboot loaded the 470 build
+    _on_470(step)
+
+
+def test_branch_move_back_to_535_purges_470_and_asks_one_reboot(day2):
+    step = day2["steps"]["branch_back_535"]
+    _ok(step)
+    assert step["recap"]["changed"] > 0
+    assert _driver_command(step), step["cmd"]
+    _at(step, PIN_A)
+    _no_470_left(step)  # not even "rc"
+    # the purge of tesla-470's alternative left Debian's 535 one in place (research run: /usr/lib/nvidia/current)
+    assert step["box"]["nvidia_alternative"] == "/usr/lib/nvidia/current", step["box"]["nvidia_alternative"]
+    rows_535 = step["box"]["driver_sources"][SRC_535]
+    assert all(row == [PIN_A, "hi"] for row in rows_535.values()), rows_535  # installed and held, none "rc"
+    gate = step["box"]["gate"]
+    assert gate["decision"] == "skipped", gate
+    assert len(_driver_reasons(gate, PIN_470, PIN_A)) == 1, gate
+
+
+def test_after_the_reboot_back_into_535_the_box_is_settled(day2):
+    step = day2["steps"]["settled"]
+    _settled(step, PIN_A)
+    _no_470_left(step)
