@@ -72,7 +72,7 @@ def preflight_on(stack: str) -> dict:
         host["msg"]
         for play in result["plays"]
         for task in play["tasks"]
-        if task["task"]["name"] == "Show what was found and the memory plan"
+        if task["task"]["name"].endswith("Show what was found and the memory plan")  # "preflight : Show ..."
         for host in task["hosts"].values()
     ]
     return {"rc": proc.returncode, "stats": result["stats"][BOX], "table": tables[0] if tables else []}
