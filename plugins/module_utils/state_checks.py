@@ -301,7 +301,7 @@ def _api_key(name: str, value: Any) -> str:
 
 def _tenants(name: str, value: Any) -> list[dict[str, Any]]:
     """The tenants as listed (keys included); [] stays [] (the default tenant is gpubox_api_key's, added by
-    :func:`tenant_list`). Whether gpubox_api_key is one of their keys is a cross-check."""
+    :func:`tenants.of_state`). Whether gpubox_api_key is one of their keys is a cross-check."""
     if isinstance(value, (list, tuple)) and not value:
         return []
     try:
@@ -564,7 +564,7 @@ class State:
         out["gpubox_model_name"] = self.model_name
         out["gpubox_model_dir"] = self.model_dir
         out["gpubox_fleet_cache"] = fleet_cache_endpoints(self.values.get("gpubox_fleet_cache_url"))
-        out["gpubox_tenant_limits"] = tenant_limits(self.values)
+        out["gpubox_tenant_limits"] = tenants.limits_of_state(self.values)
         # What the roles read of the stack (driver, CUDA, Python, pin files, engine); None when the name is wrong.
         stack = self.values.get("gpubox_stack")
         out["gpubox_stack_info"] = stacks.info(stack) if stack in stacks.STACKS else None
@@ -616,24 +616,6 @@ def stack_quantization_problem(quantization: Any, stack: Any) -> str | None:
     )
 
 
-def tenant_list(values: Mapping[str, Any]) -> list[tenants.Tenant]:
-    """The tenants the front door serves, keys included, from checked values (the default tenant when
-    gpubox_tenants is []); [] when they cannot be read (validate() says why)."""
-    listed, key = values.get("gpubox_tenants"), values.get("gpubox_api_key")
-    try:
-        if isinstance(listed, list) and listed:
-            return [tenants.Tenant(**{**t, "keys": tuple(t["keys"])}) for t in listed]
-        return tenants.parse([], key)
-    except (tenants.TenantError, TypeError, KeyError):
-        return []
-
-
-def tenant_limits(values: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The tenants without their keys (name, limits, key_count): what tasks, facts and public files may hold.
-    The default tenant's limits when the tenants cannot be read (validate() refuses the state then)."""
-    return tenants.public(tenant_list(values)) or tenants.default_public()
-
-
 def _cross_checks(state: State) -> None:
     v = state.values
     stack = v.get("gpubox_stack")
@@ -674,7 +656,7 @@ def _cross_checks(state: State) -> None:
                 "no limits, the front door is what tells tenants apart. Set gpubox_front_door_enabled true, or "
                 "gpubox_tenants [] (one key, gpubox_api_key)"
             )
-        served = tenant_list(v)  # [] when the list itself was refused (that error is reported already)
+        served = tenants.of_state(v)  # [] when the list itself was refused (that error is reported already)
         problem = tenants.api_key_problem(served, v.get("gpubox_api_key")) if served else None
         if problem:
             state.errors.append(problem)

@@ -221,3 +221,22 @@ def public(tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
 def default_public() -> list[dict[str, Any]]:
     """The one default tenant's public view, for a state whose tenants could not be read."""
     return [{"name": DEFAULT_NAME, **DEFAULTS, "body_max_bytes": size_bytes(DEFAULTS["body_max"]), "key_count": 1}]
+
+
+def of_state(values: Mapping[str, Any]) -> list[Tenant]:
+    """The tenants the front door serves, keys included, from the desired state's checked values
+    (state_checks.validate; the default tenant when gpubox_tenants is []); [] when they cannot be read
+    (validate() says why)."""
+    listed, key = values.get("gpubox_tenants"), values.get("gpubox_api_key")
+    try:
+        if isinstance(listed, list) and listed:
+            return [Tenant(**{**t, "keys": tuple(t["keys"])}) for t in listed]
+        return parse([], key)
+    except (TenantError, TypeError, KeyError):
+        return []
+
+
+def limits_of_state(values: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The tenants without their keys (name, limits, key_count): what tasks, facts and public files may hold.
+    The default tenant's limits when the tenants cannot be read (validate() refuses the state then)."""
+    return public(of_state(values)) or default_public()

@@ -150,7 +150,7 @@ def test_the_desired_state_checks_the_tenants_and_keeps_their_keys_out_of_its_pu
         }
     ]
     assert KEY_A not in repr(public) and API_KEY not in repr(public)
-    assert [t.name for t in state_checks.tenant_list(state.values)] == ["team-a"]
+    assert [t.name for t in tenants.of_state(state.values)] == ["team-a"]
     default = _state().public()["gpubox_tenant_limits"]
     assert default == [{"name": "default", **tenants.DEFAULTS, "body_max_bytes": 4 << 20, "key_count": 1}]
     assert [tenants.size_bytes(s) for s in ("512", "1k", "2M", "1g")] == [512, 1024, 2 << 20, 1 << 30]
