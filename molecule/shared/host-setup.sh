@@ -7,8 +7,9 @@ export DEBIAN_FRONTEND=noninteractive
 # Debian's /usr/bin/python3 (a pyenv Python under /root is out of that user's reach).
 # nginx, haproxy: tests/integration/test_front_door_live.py runs the rendered front door and gateway on loopback
 # (their services are not started here: policy-rc.d says no while they install). curl, openssh-client: the
-# README's first request and its scp, which molecule/serving/operator_suite.py runs.
-need=(podman runc mmdebstrap dpkg-dev gnupg uidmap python3-venv nginx haproxy curl openssh-client)
+# README's first request and its scp, which molecule/serving/operator_suite.py runs. tcpd: its tcpdmatch is
+# libwrap's own matcher, which tests/unit/test_fleet_cache_inputs.py runs on apt-cacher-ng's rendered lines.
+need=(podman runc mmdebstrap dpkg-dev gnupg uidmap python3-venv nginx haproxy curl openssh-client tcpd)
 missing=()
 for p in "${need[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'ok installed' || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
