@@ -16,7 +16,7 @@
     {{ record | gpubox.gpubox.reboot_message }}           -> the gate's one line
     {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
                                                           -> what keeps a nvidia module for every kernel
-    {{ packages | gpubox.gpubox.driver_branch_plan(distribution, release, branch, version, held, signed, flavour) }}
+    {{ packages | gpubox.gpubox.driver_branch_plan(distribution, release, branch, version, signed, flavour) }}
                                                           -> the driver move (purge, install, hold, reboot; problems)
     {{ gpubox_tenants | gpubox.gpubox.tenant_key_map(gpubox_api_key) }} -> [[regex, tenant], ...] (SECRET: no_log)
     {{ gpubox_tenants | gpubox.gpubox.tenant_keys(gpubox_api_key) }}    -> [[key, tenant], ...] (SECRET: no_log)
@@ -167,19 +167,16 @@ def driver_branch_plan(
     release: str,
     branch: str,
     version: str,
-    held: Any = (),
     signed: bool = False,
     flavour: str = "",
 ) -> dict:
     """The driver move from ansible_facts.packages (plugins/module_utils/driver_branch.py); a refusal is in problems."""
-    held_names = str(held).split() if isinstance(held, str) else [str(name) for name in held or ()]
     return driver_branch.plan_facts(
         dict(packages or {}),
         str(distribution),
         str(release),
         str(branch),
         str(version),
-        held=held_names,
         signed_modules=bool(signed),
         kernel_flavour=str(flavour or ""),
     )

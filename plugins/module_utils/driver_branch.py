@@ -8,10 +8,11 @@ same names move to a build of the other branch, and only packages whose names do
 ``nvidia-tesla-<branch>-*``) are removed.
 
 ``plan()`` takes the installed packages (name -> version, as ``dpkg-query -W`` lists them; a ``:amd64``
-suffix is dropped), the held ones, the distribution and the desired branch and exact version, and returns
-a ``BranchPlan``: which holds to release, which packages to purge, which to install at which version,
-which to hold again, and whether a reboot is needed. Impossible moves raise ``BranchMoveError``, whose
-message names the variable and the fix, before anything changes on the host.
+suffix is dropped), the distribution and the desired branch and exact version, and returns a
+``BranchPlan``: which packages to purge, which to install at which version, which to hold afterwards,
+and whether a reboot is needed (the role releases the holds of the packages it moves itself). Impossible
+moves raise ``BranchMoveError``, whose message names the variable and the fix, before anything changes on
+the host.
 
 Package names (facts, with their sources):
 - Ubuntu 22.04, the role's set (roles/nvidia_driver/vars/Ubuntu-22.yml): ``nvidia-headless-no-dkms-<b>-server``,
@@ -102,7 +103,7 @@ class BranchMoveError(ValueError):
 
 @dataclass(frozen=True)
 class BranchPlan:
-    """The apt steps of one move, in order: unhold, purge, install, hold; then reboot when ``reboot``.
+    """The apt steps of one move, in order: purge, install, hold; then reboot when ``reboot``.
 
     ``install``: ``name=version`` for the packages that carry the driver's version, a bare name for the
     others (headers, signed modules, persistenced). ``from_branch``/``from_version``: "" on a box without
@@ -114,7 +115,6 @@ class BranchPlan:
     from_version: str
     to_branch: str
     to_version: str
-    unhold: tuple[str, ...]
     purge: tuple[str, ...]
     install: tuple[str, ...]
     hold: tuple[str, ...]
@@ -224,23 +224,21 @@ def plan(
     branch: str,
     version: str,
     *,
-    held: Iterable[str] = (),
     signed_modules: bool = False,
     kernel_flavour: str = "",
     offered: Mapping[str, Iterable[str]] | None = None,
 ) -> BranchPlan:
     """The move from the box's installed driver to ``branch`` at exactly ``version``.
 
-    ``installed``: every installed package (name -> version; non-NVIDIA ones are ignored). ``held``: the
-    held ones (``apt-mark showhold``). Ubuntu: ``signed_modules`` (Secure Boot) and ``kernel_flavour``
-    choose the module packages, as roles/nvidia_driver does. ``offered``: name -> versions the archive
-    offers (``apt-cache madison``); when given, a named package the archive lacks at ``version`` is refused,
-    and a package installed at the old build moves along only when offered at the new one (Debian).
+    ``installed``: every installed package (name -> version; non-NVIDIA ones are ignored). Ubuntu:
+    ``signed_modules`` (Secure Boot) and ``kernel_flavour`` choose the module packages, as roles/nvidia_driver
+    does. ``offered``: name -> versions the archive offers (``apt-cache madison``); when given, a named
+    package the archive lacks at ``version`` is refused, and a package installed at the old build moves
+    along only when offered at the new one (Debian).
     """
     upstream = _check_target(distribution, branch, version)
     everything = {package_name(name): str(ver) for name, ver in installed.items()}
     packages = {name: ver for name, ver in everything.items() if is_nvidia(name)}
-    held_nvidia = sorted({package_name(name) for name in held} & set(packages))
 
     if distribution == "Ubuntu":
         userspace = next(
@@ -291,7 +289,6 @@ def plan(
     ):
         install = []
     reboot = bool(install or purge) and from_upstream != upstream
-    unhold = held_nvidia if (install or purge) else []
     kept = [name for name in packages if name not in purge]
     hold = sorted({*kept, *(spec.split("=", 1)[0] for spec in install if is_nvidia(spec.split("=", 1)[0]))})
     note = NOTES.get((distribution, branch))
@@ -301,7 +298,6 @@ def plan(
         from_version=from_version,
         to_branch=branch,
         to_version=version,
-        unhold=tuple(unhold),
         purge=tuple(purge),
         install=tuple(install),
         hold=tuple(hold),
@@ -326,7 +322,6 @@ def plan_facts(
     branch: str,
     version: str,
     *,
-    held: Iterable[str] = (),
     signed_modules: bool = False,
     kernel_flavour: str = "",
 ) -> dict[str, object]:
@@ -338,7 +333,6 @@ def plan_facts(
             distribution,
             branch,
             version,
-            held=held,
             signed_modules=signed_modules,
             kernel_flavour=kernel_flavour,
         )
@@ -346,7 +340,6 @@ def plan_facts(
         return {
             "problems": [str(exc)],
             "purge": [],
-            "unhold": [],
             "install": [],
             "hold": [],
             "reboot": False,
@@ -367,7 +360,6 @@ def plan_facts(
         "from_version": result.from_version,
         "to_branch": result.to_branch,
         "to_version": result.to_version,
-        "unhold": list(result.unhold),
         "purge": list(result.purge),
         "install": list(result.install),
         "hold": list(result.hold),

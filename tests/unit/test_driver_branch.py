@@ -84,12 +84,8 @@ DEBIAN_SAME_BUILD = [
 ]
 
 
-def nvidia_held(installed: dict[str, str]) -> list[str]:
-    return [db.package_name(n) for n in installed if db.is_nvidia(db.package_name(n))]
-
-
 def test_ubuntu_535_to_580_purges_the_old_branch_and_installs_the_new_names():
-    plan = db.plan(UBUNTU_535, "Ubuntu", "580", U580, held=nvidia_held(UBUNTU_535), kernel_flavour="generic")
+    plan = db.plan(UBUNTU_535, "Ubuntu", "580", U580, kernel_flavour="generic")
     assert plan.branch_move and plan.from_branch == "535" and plan.from_version == U535
     assert plan.purge == tuple(sorted(db.package_name(n) for n in UBUNTU_535 if "-535-server" in n))
     assert "linux-signatures-nvidia-5.15.0-101-generic" not in plan.purge  # no branch in its name
@@ -101,7 +97,6 @@ def test_ubuntu_535_to_580_purges_the_old_branch_and_installs_the_new_names():
         f"nvidia-dkms-580-server={U580}",
         "linux-headers-generic",
     )
-    assert set(plan.unhold) == set(nvidia_held(UBUNTU_535))
     assert "nvidia-utils-580-server" in plan.hold and not any("-535-" in n for n in plan.hold)
     assert "linux-headers-generic" not in plan.hold  # not an NVIDIA package: the role does not hold it
     assert plan.reboot
@@ -121,7 +116,6 @@ def test_ubuntu_signed_modules_move_back_to_535():
     assert set(plan.purge) == set(box)
     assert plan.install[-1] == "linux-modules-nvidia-535-server-generic"
     assert not any(spec.startswith("nvidia-dkms") for spec in plan.install)
-    assert plan.unhold == ()  # nothing was held
     assert plan.reboot
 
 
@@ -130,8 +124,8 @@ def test_a_converged_box_has_nothing_to_do():
         "nvidia-dkms-580-server": U580,
         "linux-headers-generic": "5.15.0.101.98",
     }
-    plan = db.plan(box, "Ubuntu", "580", U580, held=list(box), kernel_flavour="generic")
-    assert not plan.changes and not plan.reboot and plan.unhold == ()
+    plan = db.plan(box, "Ubuntu", "580", U580, kernel_flavour="generic")
+    assert not plan.changes and not plan.reboot and plan.purge == () and plan.install == ()
     assert "nvidia-utils-580-server" in plan.hold
 
 
@@ -142,7 +136,7 @@ def test_same_branch_new_build_is_no_branch_move_but_a_reboot():
 
 
 def test_debian_535_to_550_moves_the_same_names_and_the_whole_build():
-    plan = db.plan(DEBIAN_535, "Debian", "550", D550, held=nvidia_held(DEBIAN_535))
+    plan = db.plan(DEBIAN_535, "Debian", "550", D550)
     assert plan.branch_move and plan.purge == ()
     versioned = {spec.split("=")[0] for spec in plan.install if "=" in spec}
     assert versioned == set(DEBIAN_SAME_BUILD)
@@ -166,7 +160,7 @@ def test_debian_refuses_a_named_package_the_archive_lacks():
 
 
 def test_debian_535_to_470_purges_the_535_build_and_installs_the_tesla_names():
-    plan = db.plan(DEBIAN_535, "Debian", "470", D470, held=nvidia_held(DEBIAN_535))
+    plan = db.plan(DEBIAN_535, "Debian", "470", D470)
     assert plan.branch_move and (plan.from_branch, plan.to_branch) == ("535", "470")
     # what apt removed in the research run: the 11 packages of the 535.261.03-1 build (installing the 470
     # names alone removes nothing: apt simulated "7 newly installed, 0 to remove", both branches side by side)
@@ -183,7 +177,7 @@ def test_debian_535_to_470_purges_the_535_build_and_installs_the_tesla_names():
 
 
 def test_debian_470_back_to_535_purges_the_tesla_names():
-    plan = db.plan(DEBIAN_470, "Debian", "535", D535, held=nvidia_held(DEBIAN_470))
+    plan = db.plan(DEBIAN_470, "Debian", "535", D535)
     assert (plan.from_branch, plan.from_version) == ("470", D470)
     assert plan.purge == tuple(sorted(db.package_name(n) for n in DEBIAN_470 if "tesla-470" in n))
     assert plan.install == (*(f"{n}={D535}" for n in db._DEBIAN_VERSIONED), "nvidia-persistenced")
@@ -288,7 +282,7 @@ def test_installed_versions_reads_package_facts():
 
 
 def test_plan_facts_is_the_roles_view_of_a_branch_move():
-    got = db.plan_facts(_facts(DEBIAN_535), "Debian", "12", "470", D470, held=nvidia_held(DEBIAN_535))
+    got = db.plan_facts(_facts(DEBIAN_535), "Debian", "12", "470", D470)
     assert got["problems"] == [] and got["branch_move"] and got["reboot"] and got["changes"]
     assert got["purge"] == DEBIAN_SAME_BUILD
     assert got["install"][0] == f"nvidia-tesla-470-kernel-dkms={D470}"
@@ -296,7 +290,7 @@ def test_plan_facts_is_the_roles_view_of_a_branch_move():
 
 
 def test_plan_facts_of_a_converged_box_purges_nothing():
-    got = db.plan_facts(_facts(DEBIAN_470), "Debian", "12", "470", D470, held=nvidia_held(DEBIAN_470))
+    got = db.plan_facts(_facts(DEBIAN_470), "Debian", "12", "470", D470)
     assert (got["purge"], got["install"], got["changes"], got["reboot"]) == ([], [], False, False)
 
 
@@ -324,8 +318,10 @@ def test_the_filter_hands_the_roles_inputs_to_the_plan():
     from ansible_collections.gpubox.gpubox.plugins.filter.gpubox_filters import FilterModule
 
     plan = FilterModule().filters()["driver_branch_plan"]
-    # as validate.yml calls it: package facts, distribution, major version, branch, version, held lines, ...
-    got = plan(_facts(DEBIAN_470), "Debian", "12", "535", D535, ["nvidia-tesla-470-smi"], False, "")
+    # as validate.yml calls it: package facts, distribution, major version, branch, version, signed, flavour
+    got = plan(_facts(DEBIAN_470), "Debian", "12", "535", D535, False, "")
     assert got["purge"] == sorted(db.package_name(n) for n in DEBIAN_470 if "tesla-470" in n)
-    assert got["unhold"] == ["nvidia-tesla-470-smi"]
-    assert plan(_facts(DEBIAN_535), "Debian", "12", "580", "580.95.05-1", "", False, "")["problems"]
+    assert "unhold" not in got  # the role releases the holds of what it moves itself (tasks/main.yml)
+    assert plan(_facts(DEBIAN_535), "Debian", "12", "580", "580.95.05-1", False, "")["problems"]
+    signed = plan(_facts(UBUNTU_535), "Ubuntu", "22", "580", U580, True, "generic")
+    assert signed["install"][-1] == "linux-modules-nvidia-580-server-generic"
