@@ -108,3 +108,69 @@ def run_module(module: str, args: str, cwd: Path, check: bool = False, env: dict
     argv = [str(ansible), "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])]
     proc = subprocess.run(argv, env=run_env, cwd=cwd, capture_output=True, text=True)
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+def scenario_playbook(playbook: str | Path, *extra: str, callback: str | None = None, limit: str | None = None) -> Any:
+    """``ansible-playbook`` against the running molecule scenario's inventory, from a scenario's tests.
+
+    The checkout's ansible.cfg, roles and collection are used unless the environment (molecule's) names
+    others; ``extra`` are ``-e`` pairs; ``callback`` sets the stdout callback (``json`` to read results).
+    Returns the finished process (stdout and stderr captured as text).
+    """
+    import os
+    import subprocess
+    import sys
+
+    project = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", ROOT))
+    env = dict(os.environ)
+    env.setdefault("ANSIBLE_CONFIG", str(project / "ansible.cfg"))
+    env.setdefault("ANSIBLE_ROLES_PATH", str(project / "roles"))
+    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(project / "collections"))
+    if callback:
+        env["ANSIBLE_STDOUT_CALLBACK"] = callback
+    inventory = env.get("MOLECULE_INVENTORY_FILE") or env.get("MOLECULE_EPHEMERAL_DIRECTORY", "") + "/inventory"
+    ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
+    argv = [ansible_playbook, "-i", inventory, *(["-l", limit] if limit else []), str(playbook)]
+    for pair in extra:
+        argv += ["-e", pair]
+    return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=project)
+
+
+def run_playbook(inventory: dict[str, Any], playbook: str, tmp: Path, timeout: float = 600) -> dict[str, Any]:
+    """One ansible-playbook run of ``playbook`` over ``inventory`` (written under ``tmp``), this checkout's
+    ansible.cfg and the json callback; per host, its results in task order, each with ``task`` (the task's
+    name) added, and its ``stats`` (ok, failures, unreachable ...).
+
+    One host per case, each with its own variables, makes one run check many cases: a failed host stops
+    alone (no any_errors_fatal), so each host's results are its case's run."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp / "hosts.json").write_text(json.dumps(inventory))
+    (tmp / "play.yml").write_text(playbook)
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
+    env["ANSIBLE_STDOUT_CALLBACK"] = "json"
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")]
+    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+    if "{" not in done.stdout:
+        raise AssertionError(f"ansible-playbook printed no report ({done.returncode}):\n{done.stdout}{done.stderr}")
+    report = json_report(done.stdout)
+    out: dict[str, Any] = {host: {"results": [], "stats": stats} for host, stats in report["stats"].items()}
+    for play in report["plays"]:
+        for task in play["tasks"]:
+            for host, result in task["hosts"].items():
+                out[host]["results"].append({**result, "task": task["task"]["name"]})
+    return out
+
+
+def json_report(stdout: str) -> dict[str, Any]:
+    """The json callback's report out of a run's standard output (lines a callback such as profile_tasks
+    prints before or after it are skipped)."""
+    report, _ = json.JSONDecoder().raw_decode(stdout[stdout.index("{") :])
+    return report
+
+
+def first_failure(run: dict[str, Any]) -> dict[str, Any] | None:
+    """The first failed result of one host of run_playbook (None: the host failed nowhere)."""
+    return next((r for r in run["results"] if r.get("failed") or r.get("unreachable")), None)

@@ -8,7 +8,6 @@ Also renders libwrap's line for apt-cacher-ng and checks it with tcpdmatch (tcpd
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -102,25 +101,16 @@ def results(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any
                "gpubox_model_lock_file": str(tmp / "b2.lock.json")},
     }  # fmt: skip
     groups = {"fleet_cache": {"hosts": hosts}, "purge_cases": {"hosts": purge}, "gpu_boxes": {"hosts": boxes}}
-    inventory = {"all": {"children": groups}}
-    (tmp / "hosts.json").write_text(json.dumps(inventory))
-    (tmp / "play.yml").write_text(PLAYBOOK)
-    env = dict(
-        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="json"
-    )
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")]
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    report, _ = json.JSONDecoder().raw_decode(done.stdout[done.stdout.index("{") :])
+    runs = ansible_vars.run_playbook({"all": {"children": groups}}, PLAYBOOK, tmp, timeout=300)
+    # Per host: its failure, else its first result; and the probe's (the one host that runs it).
     out: dict[str, dict[str, Any]] = {}
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            for host, result in task["hosts"].items():
-                if task["task"]["name"] == "probe" and not result.get("skipped"):
-                    out["probe"] = result
-                if result.get("failed"):
-                    out[host] = result
-                else:
-                    out.setdefault(host, result)
+    for host, run in runs.items():
+        results = run["results"]
+        for result in results:
+            if result["task"] == "probe" and not result.get("skipped"):
+                out["probe"] = result
+        if results:
+            out[host] = next((r for r in results if r.get("failed")), results[0])
     return out
 
 

@@ -1,5 +1,6 @@
 """Tests of the GPU edge: nvidia-smi/sysfs parsing (gpubox_gpu), the replay nvidia-smi, the fake
-sysfs writer, the boot-time gpubox-gpu-check script and the gpubox.gpubox.gpu_facts module.
+sysfs writer and the boot-time gpubox-gpu-check script. The gpubox.gpubox.gpu_facts and gpu_check_library
+modules run through `ansible localhost`, and the probe compiled with nvcc, in tests/integration/test_modules.py.
 
 h200x2 is a REAL capture (2x H200, driver 580.159.04); the rtx* boxes are DERIVED (see
 tests/fixtures/nvidia-smi/README.md).
@@ -7,11 +8,9 @@ tests/fixtures/nvidia-smi/README.md).
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
-import shutil
 import stat
 import subprocess
 import sys
@@ -20,16 +19,12 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import gpu_parsers as g
-from harness import ansible_vars
+from harness.fakegpu import FIXTURES, REPLAY, make_sysfs, replay_bin, sim_env
 
 ROOT = Path(__file__).resolve().parents[2]
 
-FIXTURES = ROOT / "tests" / "fixtures" / "nvidia-smi"
 REFERENCE = FIXTURES / "_reference" / "h200x2"
-REPLAY = ROOT / "harness" / "fakegpu" / "nvidia-smi"
-MAKE_SYSFS = ROOT / "harness" / "fakegpu" / "make_sysfs.py"
 GPU_CHECK = ROOT / "roles" / "gpu_tuning" / "files" / "gpubox-gpu-check"
-PROBE_SRC = ROOT / "roles" / "gpu_tuning" / "files" / "gpubox-p2p-probe.cu"
 BOXES = sorted(p.name for p in FIXTURES.iterdir() if p.is_dir() and not p.name.startswith("_"))
 BOX_FILES = {
     "q.xml",
@@ -56,20 +51,10 @@ def facts_for(box: str, sysfs_root: Path | str = "/nonexistent") -> dict:
     )
 
 
-def sim_env(box: str, state: Path, **extra: str) -> dict:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GPUBOX_SIM_")}
-    env.update(GPUBOX_SIM_BOX=box, GPUBOX_SIM_FIXTURES=str(FIXTURES), GPUBOX_SIM_STATE_DIR=str(state), **extra)
-    return env
-
-
 def replay(box: str, state: Path, *args: str, **extra: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, str(REPLAY), *args], env=sim_env(box, state, **extra), capture_output=True, text=True
     )
-
-
-def make_sysfs(box: str, root: Path, *extra: str) -> None:
-    subprocess.run([sys.executable, str(MAKE_SYSFS), str(FIXTURES / box / "sysfs.json"), str(root), *extra], check=True)
 
 
 # --------------------------------------------------------------------------- fixture layout
@@ -477,12 +462,7 @@ def test_replay_failure_modes(tmp_path: Path) -> None:
 @pytest.fixture
 def sim_path(tmp_path: Path) -> Path:
     """A bin directory whose nvidia-smi is the replay tool, run by this interpreter."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    wrapper = bindir / "nvidia-smi"
-    wrapper.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{REPLAY}" "$@"\n')
-    wrapper.chmod(0o755)
-    return bindir
+    return replay_bin(tmp_path)
 
 
 def fake_probe(tmp_path: Path, body: str) -> Path:
@@ -580,119 +560,3 @@ def test_gpu_check_missing_library(tmp_path: Path) -> None:
     proc = subprocess.run([sys.executable, str(GPU_CHECK), "--lib", str(tmp_path)], capture_output=True, text=True)
     assert proc.returncode == 2
     assert "cannot import gpu_parsers" in proc.stderr
-
-
-# --------------------------------------------------------------------------- the Ansible module
-
-
-def _ansible() -> str | None:
-    candidate = Path(sys.executable).parent / "ansible"
-    return str(candidate) if candidate.exists() else shutil.which("ansible")
-
-
-def run_module(
-    tmp_path: Path, args: str, module: str = "gpubox.gpubox.gpu_facts", check: bool = False, **extra: str
-) -> dict:
-    if _ansible() is None:
-        pytest.fail("ansible is not installed: make venv")
-    env = sim_env("rtx3090x2-pcie", tmp_path / "simstate", **extra)
-    return ansible_vars.run_module(module, args, tmp_path, check, env)
-
-
-def test_module_reads_nvidia_smi(tmp_path: Path, sim_path: Path) -> None:
-    make_sysfs("rtx3090x2-pcie", tmp_path / "root")
-    result = run_module(tmp_path, f"nvidia_smi={sim_path / 'nvidia-smi'} sysfs_root={tmp_path / 'root'}")
-    facts = result["ansible_facts"]["gpubox_gpu"]
-    assert result.get("changed") is False
-    assert facts["source"] == "nvidia-smi"
-    assert facts["count"] == 2
-    assert facts["p2p_read"] == {"0-1": "NS"}
-    assert facts["gpus"][1]["pcie_link_width_current"] == 4
-    assert facts["loaded_module_version"] == "535.261.03"
-
-
-def test_module_falls_back_to_sysfs_on_mismatch(tmp_path: Path, sim_path: Path) -> None:
-    make_sysfs("rtx3090x2-pcie", tmp_path / "root", "--module-version", "535.183.01")
-    result = run_module(
-        tmp_path,
-        f"nvidia_smi={sim_path / 'nvidia-smi'} sysfs_root={tmp_path / 'root'}",
-        GPUBOX_SIM_FAIL="mismatch",
-    )
-    assert not result.get("failed"), result
-    facts = result["ansible_facts"]["gpubox_gpu"]
-    assert facts["source"] == "sysfs"
-    assert "Driver/library version mismatch" in facts["nvidia_smi_error"]
-    assert facts["count"] == 2
-    assert facts["gpus"][1]["pcie_link_width_current"] == 4
-    assert facts["loaded_module_version"] == "535.183.01"
-
-
-def test_module_without_nvidia_smi_uses_sysfs(tmp_path: Path) -> None:
-    make_sysfs("rtx4090x4", tmp_path / "root", "--no-module")
-    result = run_module(tmp_path, f"nvidia_smi={tmp_path / 'absent'} sysfs_root={tmp_path / 'root'}")
-    facts = result["ansible_facts"]["gpubox_gpu"]
-    assert (facts["source"], facts["count"], facts["nvidia_smi_path"]) == ("sysfs", 4, None)
-    assert facts["nvidia_smi_error"] is None and facts["loaded_module_version"] is None
-
-
-def test_library_module_installs_the_parser_the_check_imports(tmp_path: Path, sim_path: Path) -> None:
-    lib_dir = tmp_path / "usr-local-lib-gpubox"
-    lib_dir.mkdir()
-    dest = lib_dir / "gpu_parsers.py"
-    source = (ROOT / "plugins" / "module_utils" / "gpu_parsers.py").read_bytes()
-
-    def install(check: bool = False) -> dict:
-        result = run_module(tmp_path, f"dest={dest}", module="gpubox.gpubox.gpu_check_library", check=check)
-        assert not result.get("failed"), result
-        return result
-
-    assert install(check=True)["changed"] is True and not dest.exists(), "check mode writes nothing"
-    first = install()
-    assert first["changed"] is True and dest.read_bytes() == source
-    assert stat.S_IMODE(dest.stat().st_mode) == 0o644
-    assert (first["sha256"], first["size"]) == (hashlib.sha256(source).hexdigest(), len(source))
-    assert install()["changed"] is False, "same content and mode: nothing to do"
-    assert [p.name for p in lib_dir.iterdir()] == ["gpu_parsers.py"], "no temporary file is left behind"
-
-    dest.write_bytes(source + b"# drift\n")
-    dest.chmod(0o600)
-    assert install(check=True)["changed"] is True and dest.read_bytes().endswith(b"# drift\n")
-    assert install()["changed"] is True and dest.read_bytes() == source
-    assert stat.S_IMODE(dest.stat().st_mode) == 0o644
-    assert install()["changed"] is False
-
-    # The installed copy is all the boot-time check needs: it runs without site-packages (-S), so nothing
-    # but the standard library and --lib is importable.
-    env = sim_env("rtx3090x2-pcie", tmp_path / "simstate")
-    env["PATH"] = f"{sim_path}{os.pathsep}{env.get('PATH', '')}"
-    argv = [sys.executable, "-S", str(GPU_CHECK), "--lib", str(lib_dir), "--probe", str(tmp_path / "no-probe")]
-    argv += ["--out", str(tmp_path / "etc" / "nccl.env"), "--state", str(tmp_path / "var" / "gpu-check.json")]
-    proc = subprocess.run(argv, env=env, capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    assert env_lines(tmp_path) == ["NCCL_P2P_DISABLE=1"]
-
-
-def test_library_module_refuses_a_missing_directory(tmp_path: Path) -> None:
-    dest = tmp_path / "absent" / "gpu_parsers.py"
-    result = run_module(tmp_path, f"dest={dest}", module="gpubox.gpubox.gpu_check_library")
-    assert result["failed"] and "does not exist" in result["msg"] and not dest.parent.exists()
-
-
-# --------------------------------------------------------------------------- the probe program
-
-
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="optional: no nvcc here (docs/testing.md)")
-def test_probe_compiles_and_reports_no_device_as_unavailable(tmp_path: Path) -> None:
-    binary = tmp_path / "gpubox-p2p-probe"
-    subprocess.run(["nvcc", "-O2", "-o", str(binary), str(PROBE_SRC)], check=True, capture_output=True)
-    proc = subprocess.run(
-        [str(binary)],
-        capture_output=True,
-        text=True,
-        env=dict(os.environ, CUDA_VISIBLE_DEVICES=""),
-        timeout=60,
-    )
-    result = g.parse_probe_output(proc.stdout, proc.returncode, gpu_count=2)
-    assert proc.returncode == 2, proc.stdout + proc.stderr
-    assert result.status == "unavailable"
-    assert json.loads(proc.stdout)["pairs"] == {}

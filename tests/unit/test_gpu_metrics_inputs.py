@@ -1,53 +1,64 @@
 """roles/metrics refuses a bad metrics_gpu_kernel_log_unhealthy_after_sec before any change (tasks/validate.yml,
 which preflight runs too, and the argument spec), naming the variable.
 
-Runs the role's validate entry point with ansible-playbook on a local host.
+Runs the role's validate entry point with ansible-playbook once, on an inventory of local hosts, one host per
+value, and reads each host's result from the json callback.
 """
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-from pathlib import Path
+from typing import Any
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from harness import ansible_vars
+
 PLAYBOOK = """
-- hosts: box
+- hosts: boxes
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
         name: metrics
         tasks_from: validate
+    - name: passed
+      ansible.builtin.debug:
+        msg: passed
 """
 
-
-def validate(tmp_path: Path, value: object) -> subprocess.CompletedProcess[str]:
-    box = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
-    box["metrics_gpu_kernel_log_unhealthy_after_sec"] = value
-    (tmp_path / "hosts.json").write_text(json.dumps({"all": {"hosts": {"box": box}}}))
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.json")]
-    return subprocess.run([*argv, str(tmp_path / "play.yml")], env=env, cwd=ROOT, capture_output=True, text=True)
+GOOD = [-1, 0, 900]
+BAD: list[tuple[object, str]] = [
+    (-2, "metrics_gpu_kernel_log_unhealthy_after_sec=-2 must be seconds (0 at once) or -1 (never)"),
+    ("soon", "metrics_gpu_kernel_log_unhealthy_after_sec"),  # the argument spec: not an int
+]
 
 
-@pytest.mark.parametrize("value", [-1, 0, 900])
-def test_never_at_once_or_a_grace_pass(tmp_path: Path, value: int) -> None:
-    done = validate(tmp_path, value)
-    assert done.returncode == 0, done.stdout + done.stderr
+def host(value: object) -> str:
+    return f"box{[*GOOD, *(v for v, _ in BAD)].index(value)}"
 
 
-@pytest.mark.parametrize(
-    ("value", "expected"),
-    [
-        (-2, "metrics_gpu_kernel_log_unhealthy_after_sec=-2 must be seconds (0 at once) or -1 (never)"),
-        ("soon", "metrics_gpu_kernel_log_unhealthy_after_sec"),  # the argument spec: not an int
-    ],
-)
-def test_a_bad_value_is_refused_naming_the_variable(tmp_path: Path, value: object, expected: str) -> None:
-    done = validate(tmp_path, value)
-    assert done.returncode != 0 and expected in done.stdout + done.stderr, done.stdout + done.stderr
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+    boxes = {host(v): {**local, "metrics_gpu_kernel_log_unhealthy_after_sec": v} for v in [*GOOD, *(v for v, _ in BAD)]}
+    inventory = {"all": {"children": {"boxes": {"hosts": boxes}}}}
+    runs = ansible_vars.run_playbook(inventory, PLAYBOOK, tmp_path_factory.mktemp("gpu-metrics-inputs"))
+    assert set(boxes) <= set(runs), f"hosts without a result: {set(boxes) - set(runs)}"
+    return runs
+
+
+@pytest.mark.parametrize("value", GOOD)
+def test_never_at_once_or_a_grace_pass(runs: dict[str, dict[str, Any]], value: int) -> None:
+    run = runs[host(value)]
+    assert ansible_vars.first_failure(run) is None, run["results"]
+    assert [r["msg"] for r in run["results"] if r["task"] == "passed"] == ["passed"]
+
+
+@pytest.mark.parametrize(("value", "expected"), BAD)
+def test_a_bad_value_is_refused_naming_the_variable(
+    runs: dict[str, dict[str, Any]], value: object, expected: str
+) -> None:
+    run = runs[host(value)]
+    failed = ansible_vars.first_failure(run)
+    assert failed is not None and expected in failed.get("msg", ""), run["results"]
+    assert not any(r["task"] == "passed" for r in run["results"]), "a task ran after the refusal"

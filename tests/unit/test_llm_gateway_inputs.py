@@ -1,6 +1,7 @@
 """roles/llm_gateway refuses bad input (tasks/validate.yml, run first by the role), naming the variable.
 
-Runs the role's validate entry point with ansible-playbook on an inventory of local hosts.
+Runs the role's validate entry point with ansible-playbook once, on an inventory of local gateway hosts,
+one host per case (each with its own variables), and reads each host's result from the json callback.
 """
 
 from __future__ import annotations
@@ -11,126 +12,156 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
 PLAYBOOK = """
-- hosts: gw
+- hosts: llm_gateways
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
         name: llm_gateway
         tasks_from: validate
+    - name: passed
+      ansible.builtin.debug:
+        msg: passed
 """
 
+GOOD = {"llm_gateway_backends": ["b1", "b2"], "llm_gateway_backend_addresses": {"b1": "10.0.0.1"}}
+BAD: list[tuple[dict[str, Any], str]] = [
+    ({}, "llm_gateway_backends is empty"),
+    ({"llm_gateway_backends": ["b1", "nope"]}, "llm_gateway_backends: nope is not a host of this inventory"),
+    ({"llm_gateway_backends": ["plain"]}, "llm_gateway_backends: plain is not in group gpu_boxes"),
+    ({"llm_gateway_backends": ["b1", "b1"]}, "llm_gateway_backends names a box twice"),
+    ({"llm_gateway_backends": ["b1"], "llm_gateway_port": 0}, "llm_gateway_port is 0"),
+    ({"llm_gateway_backends": ["b1"], "llm_gateway_port": 70000}, "llm_gateway_port is 70000"),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_affinity_header": "X Session"},
+        "llm_gateway_affinity_header is X Session",
+    ),
+    ({"llm_gateway_backends": ["b1"], "llm_gateway_check_fall": 0}, "llm_gateway_check_fall must be 1-10"),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_check_timeout_ms": 50},
+        "llm_gateway_check_timeout_ms must be 100-60000",
+    ),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_backend_addresses": {"b2": "10.0.0.2"}},
+        "b2 is not in llm_gateway_backends",
+    ),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_tls_certificate": "-----BEGIN CERTIFICATE-----"},
+        "given together",
+    ),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_rate_per_client": 0},
+        "llm_gateway_rate_per_client must be 1-1000000 requests",
+    ),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_rate_period_s": 0},
+        "llm_gateway_rate_period_s must be 1-3600 s",
+    ),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_tls_ciphers": "HIGH; ssl-default-bind-options"},
+        "llm_gateway_tls_ciphers is HIGH; ssl-default-bind-options: write an OpenSSL cipher list",
+    ),
+    *(
+        (
+            {"llm_gateway_backends": ["b1"], "llm_gateway_hash_balance_factor": bad},
+            f"llm_gateway_hash_balance_factor is {bad}: give 0 (affinity without a load bound) or a percentage",
+        )
+        for bad in (100, 50, 1001, -5)
+    ),
+    *(
+        (
+            {"llm_gateway_backends": ["b1"], "llm_gateway_drain_timeout_s": bad},
+            f"llm_gateway_drain_timeout_s is {bad}: give 1-86400 s",
+        )
+        for bad in (0, 86401, -1)
+    ),
+]
 
-def validate(
-    tmp_path: Path, gw_vars: dict, gpu_boxes: tuple[str, ...] = ("b1", "b2")
-) -> subprocess.CompletedProcess[str]:
+NOT_NUMBER: list[dict[str, Any]] = [{"llm_gateway_hash_balance_factor": "1.25"}, {"llm_gateway_drain_timeout_s": "5m"}]
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """One run over every case: host good, bad<i> (BAD[i]), nan<i> (NOT_NUMBER[i]) and gw, a gateway that is
+    also in gpu_boxes."""
+    local = {"ansible_connection": "local"}
+    gateways = {"good": {**local, **GOOD}, "gw": {**local, "llm_gateway_backends": ["b1"]}}
+    gateways |= {f"bad{i}": {**local, **gw_vars} for i, (gw_vars, _) in enumerate(BAD)}
+    gateways |= {f"nan{i}": {**local, "llm_gateway_backends": ["b1"], **v} for i, v in enumerate(NOT_NUMBER)}
     inventory = {
         "all": {
             "hosts": {"plain": {}},
             "children": {
-                "gpu_boxes": {"hosts": {b: {} for b in gpu_boxes}},
-                "llm_gateways": {"hosts": {"gw": {"ansible_connection": "local", **gw_vars}}},
+                "gpu_boxes": {"hosts": {"b1": {}, "b2": {}, "gw": {}}},
+                "llm_gateways": {"hosts": gateways},
+            },
+        }
+    }
+    runs = ansible_vars.run_playbook(inventory, PLAYBOOK, tmp_path_factory.mktemp("llm-gateway-inputs"))
+    assert set(gateways) <= set(runs), f"hosts without a result: {set(gateways) - set(runs)}"
+    return runs
+
+
+def validate_alone(tmp_path: Path, gw_vars: dict[str, Any]) -> subprocess.CompletedProcess[str]:
+    """One case alone, with the default callback: a refusal under no_log shows its message on screen only."""
+    local = {"ansible_connection": "local"}
+    inventory = {
+        "all": {
+            "hosts": {"plain": {}},
+            "children": {
+                "gpu_boxes": {"hosts": {"b1": {}, "b2": {}}},
+                "llm_gateways": {"hosts": {"gw": {**local, **gw_vars}}},
             },
         }
     }
     (tmp_path / "hosts.json").write_text(json.dumps(inventory))
     (tmp_path / "play.yml").write_text(PLAYBOOK)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
-        "-i",
-        str(tmp_path / "hosts.json"),
-        str(tmp_path / "play.yml"),
-    ]
-    return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.json")]
+    return subprocess.run([*argv, str(tmp_path / "play.yml")], env=env, cwd=ROOT, capture_output=True, text=True)
 
 
-def test_a_good_pool_passes(tmp_path):
-    done = validate(
-        tmp_path, {"llm_gateway_backends": ["b1", "b2"], "llm_gateway_backend_addresses": {"b1": "10.0.0.1"}}
-    )
-    assert done.returncode == 0, done.stdout
+def refusal(runs: dict[str, dict[str, Any]], host: str) -> dict[str, Any]:
+    failed = ansible_vars.first_failure(runs[host])
+    assert failed is not None, f"{host} passed: {runs[host]['results']}"
+    assert not any(r["task"] == "passed" for r in runs[host]["results"]), "a task ran after the refusal"
+    return failed
 
 
-@pytest.mark.parametrize(
-    ("gw_vars", "expected"),
-    [
-        ({}, "llm_gateway_backends is empty"),
-        ({"llm_gateway_backends": ["b1", "nope"]}, "llm_gateway_backends: nope is not a host of this inventory"),
-        ({"llm_gateway_backends": ["plain"]}, "llm_gateway_backends: plain is not in group gpu_boxes"),
-        ({"llm_gateway_backends": ["b1", "b1"]}, "llm_gateway_backends names a box twice"),
-        ({"llm_gateway_backends": ["b1"], "llm_gateway_port": 0}, "llm_gateway_port is 0"),
-        ({"llm_gateway_backends": ["b1"], "llm_gateway_port": 70000}, "llm_gateway_port is 70000"),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_affinity_header": "X Session"},
-            "llm_gateway_affinity_header is X Session",
-        ),
-        ({"llm_gateway_backends": ["b1"], "llm_gateway_check_fall": 0}, "llm_gateway_check_fall must be 1-10"),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_check_timeout_ms": 50},
-            "llm_gateway_check_timeout_ms must be 100-60000",
-        ),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_backend_addresses": {"b2": "10.0.0.2"}},
-            "b2 is not in llm_gateway_backends",
-        ),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_tls_certificate": "-----BEGIN CERTIFICATE-----"},
-            "given together",
-        ),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_rate_per_client": 0},
-            "llm_gateway_rate_per_client must be 1-1000000 requests",
-        ),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_rate_period_s": 0},
-            "llm_gateway_rate_period_s must be 1-3600 s",
-        ),
-        (
-            {"llm_gateway_backends": ["b1"], "llm_gateway_tls_ciphers": "HIGH; ssl-default-bind-options"},
-            "llm_gateway_tls_ciphers is HIGH; ssl-default-bind-options: write an OpenSSL cipher list",
-        ),
-        *(
-            (
-                {"llm_gateway_backends": ["b1"], "llm_gateway_hash_balance_factor": bad},
-                f"llm_gateway_hash_balance_factor is {bad}: give 0 (affinity without a load bound) or a percentage",
-            )
-            for bad in (100, 50, 1001, -5)
-        ),
-        *(
-            (
-                {"llm_gateway_backends": ["b1"], "llm_gateway_drain_timeout_s": bad},
-                f"llm_gateway_drain_timeout_s is {bad}: give 1-86400 s",
-            )
-            for bad in (0, 86401, -1)
-        ),
-    ],
-)
-def test_bad_input_is_refused(tmp_path, gw_vars, expected):
-    done = validate(tmp_path, gw_vars)
-    assert done.returncode != 0
-    assert expected in done.stdout
-    assert "Nothing was changed" in done.stdout
+def test_a_good_pool_passes(runs):
+    assert ansible_vars.first_failure(runs["good"]) is None, runs["good"]["results"]
+    assert [r["msg"] for r in runs["good"]["results"] if r["task"] == "passed"] == ["passed"]
 
 
-@pytest.mark.parametrize(
-    "gw_vars", [{"llm_gateway_hash_balance_factor": "1.25"}, {"llm_gateway_drain_timeout_s": "5m"}], ids=str
-)
-def test_a_value_that_is_no_number_is_refused_by_the_argument_spec(tmp_path, gw_vars):
-    done = validate(tmp_path, {"llm_gateway_backends": ["b1"], **gw_vars})
+@pytest.mark.parametrize(("gw_vars", "expected"), BAD)
+def test_bad_input_is_refused(runs, tmp_path, gw_vars, expected):
+    failed = refusal(runs, f"bad{BAD.index((gw_vars, expected))}")
+    if failed.get("censored"):  # a check of a secret (no_log): its message is on screen alone
+        done = validate_alone(tmp_path, gw_vars)
+        assert done.returncode != 0 and expected in done.stdout and "Nothing was changed" in done.stdout, done.stdout
+        return
+    assert expected in failed["msg"], failed["msg"]
+    assert "Nothing was changed" in failed["msg"]
+
+
+@pytest.mark.parametrize("gw_vars", NOT_NUMBER, ids=str)
+def test_a_value_that_is_no_number_is_refused_by_the_argument_spec(runs, gw_vars):
+    failed = refusal(runs, f"nan{NOT_NUMBER.index(gw_vars)}")
     name = next(iter(gw_vars))
-    assert done.returncode != 0 and "Validating arguments against arg spec" in done.stdout
-    assert re.search(rf"{name}.*(convert|int)", done.stdout), done.stdout
+    assert "Validating arguments against arg spec" in failed["task"], failed["task"]
+    assert re.search(rf"{name}.*(convert|int)", failed["msg"]), failed["msg"]
 
 
-def test_a_gateway_that_is_a_gpu_box_is_refused(tmp_path):
-    done = validate(tmp_path, {"llm_gateway_backends": ["b1"]}, gpu_boxes=("b1", "gw"))
-    assert done.returncode != 0 and "the gateway host gw is in gpu_boxes" in done.stdout
+def test_a_gateway_that_is_a_gpu_box_is_refused(runs):
+    assert "the gateway host gw is in gpu_boxes" in refusal(runs, "gw")["msg"]
 
 
 def gateway_templar(knobs: dict | None = None):

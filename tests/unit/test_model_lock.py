@@ -5,8 +5,8 @@ was resolved to, read from a lock file beside the inventory, until the lock is c
 - the desired_state lookup (on the controller, as Ansible templates it) turns the lock into
   gpubox_model_commit / gpubox_model_fetch_revision; a commit revision needs no entry;
 - preflight warns about a branch with no entry and not about a locked or commit revision;
-- the model_lock module (through `ansible localhost`) adds missing entries, replaces only when
-  asked, writes only on a change and never locks a listing's content id.
+- the model_lock module (through `ansible localhost`, in tests/integration/test_modules.py) adds missing
+  entries, replaces only when asked, writes only on a change and never locks a listing's content id.
 The molecule scenario serving (its day-two side effect) proves the same end to end on a box with the test hub.
 """
 
@@ -203,21 +203,3 @@ def test_preflight_warns_about_an_unlocked_branch_only(tmp_path: Path) -> None:
         assert not any(
             "model lock" in w for w in _preflight(state({**base, "gpubox_model_revision": revision}))["warnings"]
         )
-
-
-def test_the_module_writes_only_on_a_change_and_replaces_only_when_asked(tmp_path: Path) -> None:
-    lock = tmp_path / "models.lock.json"
-    item = {"model_id": MODEL, "revision": "master", "commit": A, "endpoint": "https://www.modelscope.cn"}
-
-    def run(commit: str, replace: bool, check: bool = False) -> dict:
-        args = json.dumps({"path": str(lock), "resolved": [{**item, "commit": commit}], "replace": replace})
-        return ansible_vars.run_module("gpubox.gpubox.model_lock", args, tmp_path, check=check)
-
-    assert run(A, False, check=True)["changed"] and not lock.exists()
-    assert run(A, False)["changed"] and lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == A
-    mtime = lock.stat().st_mtime_ns
-    assert not run(B, False)["changed"] and lock.stat().st_mtime_ns == mtime  # a converge never moves a lock
-    assert run(B, True)["changed"] and lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B
-    failed = run("content-" + "1" * 32, True)
-    assert failed.get("failed") and "names no commit id" in failed["msg"]
-    assert lock_file.read_lock(str(lock))[f"{MODEL}@master"]["commit"] == B

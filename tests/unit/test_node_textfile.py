@@ -1,5 +1,5 @@
-"""plugins/module_utils/node_textfile.py (what a box exports in gpubox.prom) and the module around it, run the
-real way (`ansible localhost -m gpubox.gpubox.box_metrics`)."""
+"""plugins/module_utils/node_textfile.py (what a box exports in gpubox.prom); the module around it runs the real way
+(`ansible localhost -m gpubox.gpubox.box_metrics`) in tests/integration/test_modules.py."""
 
 from __future__ import annotations
 
@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import node_textfile
-from harness.ansible_vars import run_module
 
 ROOT = Path(__file__).resolve().parents[2]
 HOST_LAYER = {
@@ -107,23 +106,6 @@ def test_write_textfile_replaces_in_one_rename_and_only_on_change(tmp_path: Path
     assert path.read_text() == "a 2\n" and path.stat().st_ino != inode
     assert stat.S_IMODE(path.stat().st_mode) == 0o644
     assert sorted(os.listdir(tmp_path)) == ["gpubox.prom"]
-
-
-def test_module_writes_the_textfile(tmp_path: Path) -> None:
-    dest = tmp_path / "gpubox.prom"
-    args = json.dumps({"dest": str(dest), "local_facts": HOST_LAYER, "planned_gpu_blocks": 4768})
-    first = run_module("gpubox.gpubox.box_metrics", args, cwd=tmp_path)
-    assert first["changed"] is True, first
-    assert first["names"] == ["gpubox_info", "gpubox_kv_cache_blocks_planned"]
-    assert 'gpubox_info{cuda="12.2",driver="535.261.03-1",p2p="disabled"} 1' in dest.read_text()
-    again = run_module("gpubox.gpubox.box_metrics", args, cwd=tmp_path)
-    assert again["changed"] is False
-
-
-def test_module_refuses_a_missing_directory(tmp_path: Path) -> None:
-    args = json.dumps({"dest": str(tmp_path / "nope" / "gpubox.prom"), "local_facts": {}})
-    result = run_module("gpubox.gpubox.box_metrics", args, cwd=tmp_path)
-    assert result.get("failed") and "does not exist" in result["msg"]
 
 
 def test_the_model_root_names_the_mount_point_that_holds_it(tmp_path: Path) -> None:

@@ -368,16 +368,6 @@ def test_the_model_roots_real_path_is_checked_by_the_store_walk(tmp_path: Path, 
     assert problems[0] in errors and problems[0].startswith(f"gpubox_model_root {root}")
 
 
-def test_preflight_reads_the_root_walk_from_the_module(tmp_path: Path) -> None:
-    (tmp_path / "home").mkdir()
-    os.chown(tmp_path / "home", 1000, 1000)
-    (tmp_path / "via").symlink_to("home")
-    root = tmp_path / "via" / "models"
-    result = ansible_vars.run_module("gpubox.gpubox.model_root", json.dumps({"root": str(root)}), tmp_path, check=True)
-    assert result["problems"] == store_layout.root_path_problems(root) and len(result["problems"]) == 1, result
-    assert not result.get("changed") and not root.exists()
-
-
 def _gpu(host: dict, **fields: Any) -> dict:
     host["gpu"]["gpus"][0].update(fields)
     return host

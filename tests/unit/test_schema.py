@@ -10,10 +10,7 @@
 from __future__ import annotations
 
 import importlib.util
-import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -22,6 +19,7 @@ import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, state_checks, vllm_cmdline
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -155,21 +153,12 @@ def spec_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, dict[s
     groups: dict[str, Any] = {"cases": {"hosts": cases}}
     groups |= {group: {"hosts": {f"prod-{group}": local}} for group in TOPOLOGIES}
     groups["gpu_boxes"] = {"children": {group: {} for group in TOPOLOGIES}}
-    (tmp / "hosts.json").write_text(json.dumps({"all": {"children": groups}}))
-    (tmp / "play.yml").write_text(PLAYBOOK)
-    env = dict(
-        os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", ANSIBLE_STDOUT_CALLBACK="json"
-    )
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")]
-    done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
-    assert "{" in done.stdout, done.stdout + done.stderr
-    report, _ = json.JSONDecoder().raw_decode(done.stdout[done.stdout.index("{") :])
+    runs = ansible_vars.run_playbook({"all": {"children": groups}}, PLAYBOOK, tmp, timeout=300)
     failed: dict[str, dict[str, Any]] = {}
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            for host, result in task["hosts"].items():
-                if result.get("failed"):
-                    failed.setdefault(host, {**result, "task": task["task"]["name"]})
+    for host, run in runs.items():
+        first = next((r for r in run["results"] if r.get("failed")), None)
+        if first is not None:
+            failed[host] = first
     return failed, marker
 
 

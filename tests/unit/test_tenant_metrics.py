@@ -11,23 +11,18 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import tenant_metrics
 from ansible_collections.gpubox.gpubox.plugins.module_utils.node_textfile import parse_samples
+from harness import ansible_vars
+from harness.front_door_log import line
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTOR = ROOT / "roles" / "metrics" / "files" / "gpubox-tenant-metrics"
 LIB = ROOT / "plugins" / "module_utils"
-
-
-def line(tenant: str = "team-a", status: int = 200, request: str = "POST /v1/completions HTTP/1.1") -> str:
-    """One line as log_format gpubox_front_door writes it."""
-    return (
-        f'192.0.2.7 - - [04/Dec/2026:06:32:24 +0000] "{request}" {status} 512 "-" "curl/7.81.0" '
-        f"tenant={tenant} conn=127.0.0.2\n"
-    )
 
 
 # --- the parser ---------------------------------------------------------------------------------------------------
@@ -319,39 +314,10 @@ def test_an_unwritable_textfile_directory_is_named_before_anything_is_written(tm
     assert not (state / "state.json").exists()
 
 
-def test_the_library_module_installs_what_the_collector_loads_alone(tmp_path: Path) -> None:
-    from harness import ansible_vars
-
-    lib = tmp_path / "lib"
-    lib.mkdir()
-    dest = lib / "tenant_metrics.py"
-    result = ansible_vars.run_module("gpubox.gpubox.gpu_check_library", f"library=tenant_metrics dest={dest}", tmp_path)
-    assert result.get("changed") is True, result
-    assert dest.read_bytes() == (LIB / "tenant_metrics.py").read_bytes()
-    log = tmp_path / "access.log"
-    log.write_text(line())
-    (tmp_path / "state").mkdir()
-    # -S: nothing but the standard library and --lib is importable, as on the box.
-    argv = [
-        sys.executable,
-        "-S",
-        str(COLLECTOR),
-        "--lib",
-        str(lib),
-        "--log",
-        str(log),
-        "--out",
-        str(tmp_path / "t.prom"),
-    ]
-    out = subprocess.run([*argv, "--state-dir", str(tmp_path / "state")], capture_output=True, text=True, check=False)
-    assert out.returncode == 0, out.stderr
-    assert counts(tmp_path)[("gpubox_front_door_requests_total", (("code", "2xx"), ("tenant", "team-a")))] == "1"
-
-
 # --- the role: its knob refused before any change, the collector wanted only with the front door's log ----------
 
 PLAYBOOK = """
-- hosts: box
+- hosts: boxes
   gather_facts: false
   tasks:
     - ansible.builtin.setup:  # as write.yml reads the local facts, from a directory of .fact files
@@ -361,46 +327,55 @@ PLAYBOOK = """
         name: metrics
         tasks_from: validate
         public: true
-    - ansible.builtin.debug:
+    - name: wanted
+      ansible.builtin.debug:
         msg: "wanted={{ __metrics_tenant_wanted | bool }} log={{ __metrics_tenant_log }}"
 """
 
 
-def role(tmp_path: Path, **box_vars: object) -> subprocess.CompletedProcess[str]:
-    facts = tmp_path / "facts.d"
-    facts.mkdir(exist_ok=True)
-    local = box_vars.pop("box_local", {})
-    for name, fact in local.items():  # type: ignore[union-attr]
-        (facts / f"{name}.fact").write_text(json.dumps(fact))
-    box = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable, **box_vars}
-    box["box_fact_path"] = str(facts)
-    (tmp_path / "hosts.json").write_text(json.dumps({"all": {"hosts": {"box": box}}}))
-    (tmp_path / "play.yml").write_text(PLAYBOOK)
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp_path / "hosts.json")]
-    return subprocess.run([*argv, str(tmp_path / "play.yml")], env=env, cwd=ROOT, capture_output=True, text=True)
-
-
-@pytest.mark.parametrize("value", [4, 3601, "often"])
-def test_a_bad_interval_is_refused_naming_the_variable(tmp_path: Path, value: object) -> None:
-    done = role(tmp_path, metrics_tenant_interval_sec=value)
-    assert done.returncode != 0 and "metrics_tenant_interval_sec" in done.stdout + done.stderr, done.stdout
-
-
+BAD_INTERVALS: list[object] = [4, 3601, "often"]
 FACT = {"gpubox_front_door": {"access_log": "/var/log/nginx/gpubox-front-door.access.log"}}
+WANTED: list[tuple[dict, str]] = [
+    ({"box_local": FACT}, "wanted=True log=/var/log/nginx/gpubox-front-door.access.log"),
+    ({}, "wanted=False log="),  # the front door has not run yet: no fact, no log to read
+    ({"box_local": FACT, "gpubox_front_door_enabled": False}, "wanted=False"),
+    ({"box_local": FACT, "metrics_tenant_enabled": False}, "wanted=False"),
+]
 
 
-@pytest.mark.parametrize(
-    ("box_vars", "expected"),
-    [
-        ({"box_local": FACT}, "wanted=True log=/var/log/nginx/gpubox-front-door.access.log"),
-        ({}, "wanted=False log="),  # the front door has not run yet: no fact, no log to read
-        ({"box_local": FACT, "gpubox_front_door_enabled": False}, "wanted=False"),
-        ({"box_local": FACT, "metrics_tenant_enabled": False}, "wanted=False"),
-    ],
-)
+@pytest.fixture(scope="module")
+def role(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]:
+    """One ansible-playbook run over one local host per case: interval<i> (BAD_INTERVALS[i]), wanted<i>
+    (WANTED[i], its local facts in a directory of its own)."""
+    tmp = tmp_path_factory.mktemp("tenant-metrics-role")
+    cases = {f"interval{i}": {"metrics_tenant_interval_sec": v} for i, v in enumerate(BAD_INTERVALS)}
+    cases |= {f"wanted{i}": dict(box_vars) for i, (box_vars, _) in enumerate(WANTED)}
+    boxes = {}
+    for name, box_vars in cases.items():
+        facts = tmp / name / "facts.d"
+        facts.mkdir(parents=True)
+        for fact_name, fact in box_vars.pop("box_local", {}).items():
+            (facts / f"{fact_name}.fact").write_text(json.dumps(fact))
+        local = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
+        boxes[name] = {**local, **box_vars, "box_fact_path": str(facts)}
+    runs = ansible_vars.run_playbook({"all": {"children": {"boxes": {"hosts": boxes}}}}, PLAYBOOK, tmp)
+    assert set(boxes) <= set(runs), f"hosts without a result: {set(boxes) - set(runs)}"
+    return runs
+
+
+@pytest.mark.parametrize("value", BAD_INTERVALS)
+def test_a_bad_interval_is_refused_naming_the_variable(role: dict[str, dict[str, Any]], value: object) -> None:
+    run = role[f"interval{BAD_INTERVALS.index(value)}"]
+    failed = ansible_vars.first_failure(run)
+    assert failed is not None and "metrics_tenant_interval_sec" in failed.get("msg", ""), run["results"]
+    assert not any(r["task"] == "wanted" for r in run["results"]), "a task ran after the refusal"
+
+
+@pytest.mark.parametrize(("box_vars", "expected"), WANTED)
 def test_the_collector_is_wanted_only_where_the_front_door_named_its_log(
-    tmp_path: Path, box_vars: dict, expected: str
+    role: dict[str, dict[str, Any]], box_vars: dict, expected: str
 ) -> None:
-    done = role(tmp_path, **box_vars)
-    assert done.returncode == 0 and expected in done.stdout, done.stdout + done.stderr
+    run = role[f"wanted{WANTED.index((box_vars, expected))}"]
+    assert ansible_vars.first_failure(run) is None, run["results"]
+    said = [r["msg"] for r in run["results"] if r["task"] == "wanted"]
+    assert len(said) == 1 and expected in said[0], said

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.ansible_vars import scenario_playbook
+
 CACHE, BOX1, BOX2 = "gpubox-m-fcache-cache", "gpubox-m-fcache-box1", "gpubox-m-fcache-box2"
 CACHE_URL = "http://10.231.94.10"
 MODEL = "gpubox-test/tiny-qwen2"
@@ -185,15 +187,8 @@ def test_a_wheel_whose_hash_the_lock_does_not_name_is_refused_whatever_the_index
 
 def refetch(*extra: str) -> subprocess.CompletedProcess:
     """refetch.yml (the model store on box 1) as its own ansible-playbook run, with extra -e pairs."""
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(PROJECT / "ansible.cfg"))
-    env.setdefault("ANSIBLE_ROLES_PATH", str(PROJECT / "roles"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(PROJECT / "collections"))
-    inventory = env.get("MOLECULE_INVENTORY_FILE") or str(EPHEMERAL / "inventory")
-    argv = ["ansible-playbook", "-i", inventory, str(Path(__file__).resolve().parents[1] / "refetch.yml")]
-    for pair in ("model_store_retries=0", "model_store_poll_interval=2", *extra):
-        argv += ["-e", pair]
-    return subprocess.run(argv, capture_output=True, text=True, env=env)
+    playbook = Path(__file__).resolve().parents[1] / "refetch.yml"
+    return scenario_playbook(playbook, "model_store_retries=0", "model_store_poll_interval=2", *extra)
 
 
 def test_other_content_under_the_locked_commit_through_the_cache_is_refused_by_the_lock(tmp_path: Path) -> None:
@@ -234,19 +229,7 @@ def test_a_corrupt_model_file_from_the_cache_is_refused_and_the_live_model_stays
     """The hub (through a redirect) hands the cache a corrupt model.safetensors for commit B, which the
     cache keeps: the box's model store refuses it (sha256 against the listing) and keeps commit A live."""
     set_faults({"redirect": True, "corrupt": {"model.safetensors": True}})
-    env = dict(os.environ)
-    env.setdefault("ANSIBLE_CONFIG", str(PROJECT / "ansible.cfg"))
-    env.setdefault("ANSIBLE_ROLES_PATH", str(PROJECT / "roles"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(PROJECT / "collections"))
-    inventory = env.get("MOLECULE_INVENTORY_FILE") or str(EPHEMERAL / "inventory")
-    run = subprocess.run(
-        [
-            "ansible-playbook", "-i", inventory, str(Path(__file__).resolve().parents[1] / "refetch.yml"),
-            "-e", f"gpubox_model_revision={commit('hub-commit-b')}", "-e", "model_store_retries=0",
-            "-e", "model_store_poll_interval=2",
-        ],
-        capture_output=True, text=True, env=env,
-    )  # fmt: skip
+    run = refetch(f"gpubox_model_revision={commit('hub-commit-b')}")
     set_faults({})
     assert run.returncode != 0, run.stdout[-3000:]
     assert "sha256" in run.stdout.lower() or "checksum" in run.stdout.lower(), run.stdout[-3000:]

@@ -2,8 +2,9 @@
 
 import json
 import os
-import subprocess
 from pathlib import Path
+
+from harness.ansible_vars import json_report, scenario_playbook
 
 PIN = "535.261.03-1"
 BOX = "gpubox-m-4x4090"
@@ -59,15 +60,8 @@ PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resol
 def preflight_on(stack: str) -> dict:
     """playbooks/preflight.yml against this box with gpubox_stack set; the json callback's result (the
     profile_tasks lines around it skipped)."""
-    env = dict(os.environ, ANSIBLE_STDOUT_CALLBACK="json")
-    env.setdefault("ANSIBLE_CONFIG", str(PROJECT / "ansible.cfg"))
-    env.setdefault("ANSIBLE_ROLES_PATH", str(PROJECT / "roles"))
-    env.setdefault("ANSIBLE_COLLECTIONS_PATH", str(PROJECT / "collections"))
-    inventory = env.get("MOLECULE_INVENTORY_FILE") or env["MOLECULE_EPHEMERAL_DIRECTORY"] + "/inventory"
-    argv = ["ansible-playbook", "-i", inventory, "-l", BOX, str(PROJECT / "playbooks/preflight.yml"),
-            "-e", f"gpubox_stack={stack}"]  # fmt: skip
-    proc = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=PROJECT)
-    result, _ = json.JSONDecoder().raw_decode(proc.stdout[proc.stdout.index("{") :])
+    proc = scenario_playbook(PROJECT / "playbooks/preflight.yml", f"gpubox_stack={stack}", callback="json", limit=BOX)
+    result = json_report(proc.stdout)
     tables = [
         host["msg"]
         for play in result["plays"]
