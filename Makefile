@@ -65,7 +65,8 @@ $(GPUBOX_PROMTOOL):
 	rm -rf $(PROMTOOL_DIR) && mv $(PROMTOOL_DIR).tmp/root $(PROMTOOL_DIR) && rm -rf $(PROMTOOL_DIR).tmp
 	$(GPUBOX_PROMTOOL) --version | head -1
 
-# tests/unit: no server, no venv or collection build, no network; under 2 minutes on a 2-core machine.
+# tests/unit: no server, no venv or collection build, no compiler, no network; a role's input checks over many
+# cases in one ansible-playbook run (one host per case); under 2 minutes on a 2-core machine.
 # host-setup.sh: the host packages the tests use (idempotent, quick when present); a missing one fails its
 # test (tests/conftest.py), never skips it.
 unit: venv promtool
@@ -73,7 +74,8 @@ unit: venv promtool
 	pytest -q -n auto tests/unit
 
 # tests/integration: real nginx and HAProxy on loopback, the test hub and apt repo served, podman boxes
-# (the image `make harness` builds), the collection built and installed, venvs made and cached.
+# (the image `make harness` builds), the collection built and installed, its modules run through `ansible
+# localhost`, the GPU probe compiled, venvs made and cached.
 integration: venv promtool
 	molecule/shared/host-setup.sh
 	pytest -q tests/integration
