@@ -637,7 +637,7 @@ def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE) ->
         return asdict(result)
     model_facts = _model_facts(model, result.errors)
     gpu_facts = _gpu_facts(gpu, result.errors)
-    large = bool(gpu_facts) and capacity_v1.is_large_gpu(gpu_facts.total_mib - gpu_facts.reserved_mib)
+    large = bool(gpu_facts) and capacity_v1.is_large_gpu(gpu_facts.total_mib - gpu_facts.reserved_mib, gpu_facts.name)
     serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large)
     if model_facts and gpu_facts and serving_facts:
         result.errors.extend(_topology_errors(model_facts, gpu_facts, serving_facts))

@@ -19,7 +19,8 @@ V0 engine. Read from vLLM's own source (vllm/v1/worker/gpu_worker.py ``init_devi
    stack's vLLM 0.32 is newer than 0.21); ``enforce_eager`` captures none. The estimate per GPU is
    ``CUDAGRAPH_GIB`` unless ``serving["cudagraph_gib"]`` gives a measured one.
 4. Chunked prefill is always on; ``max_num_batched_tokens`` and ``max_num_seqs`` default by GPU size (vLLM's
-   engine arguments for the API server: 2048 tokens and 256 sequences below 70 GiB, 8192 and 1024 from 70 GiB).
+   engine arguments for the API server: 2048 tokens and 256 sequences below 70 GiB or on an A100, 8192 and 1024
+   from 70 GiB otherwise).
 5. ``GPU KV cache size: N tokens`` = blocks x block_size with blocks = KV budget // (block_size x KV bytes per
    token); V1 refuses to start when one ``max_model_len`` sequence does not fit ("To serve at least one request
    with the models's max seq len ...").
@@ -48,9 +49,11 @@ MAX_NUM_SEQS = {False: 256, True: 1024}
 MAX_CUDAGRAPH_GIB = 2**24 / 1024  # capacity_planner.MAX_GPU_MIB in GiB
 
 
-def is_large_gpu(usable_mib: float) -> bool:
-    """Whether vLLM's API server takes the large-GPU defaults (cudaMemGetInfo total from LARGE_GPU_GIB on)."""
-    return usable_mib / 1024 >= LARGE_GPU_GIB
+def is_large_gpu(usable_mib: float, name: str = "") -> bool:
+    """Whether vLLM's API server takes the large-GPU defaults: a device total from LARGE_GPU_GIB on, unless the
+    device name says A100 (vLLM's engine-argument defaults leave the A100 80GB on the small ones; vllm-project/vllm
+    tests/engine/test_arg_utils.py ``test_defaults_with_usage_context`` states the same rule)."""
+    return usable_mib / 1024 >= LARGE_GPU_GIB and "a100" not in name.lower()
 
 
 def default_max_num_seqs(large_gpu: bool) -> int:

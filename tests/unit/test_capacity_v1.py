@@ -19,8 +19,8 @@ def _serving(**over) -> dict:
     return {**base, **over}
 
 
-def _gpu(mib: int = 24576, count: int = 2) -> dict:
-    return {"name": "GPU", "memory_total_mib": mib, "count": count}
+def _gpu(mib: int = 24576, count: int = 2, name: str = "GPU") -> dict:
+    return {"name": name, "memory_total_mib": mib, "count": count}
 
 
 def test_the_default_engine_is_v0_and_its_plan_is_unchanged() -> None:
@@ -51,10 +51,19 @@ def test_v1_leaves_nccl_out_of_the_budget_and_counts_cuda_graphs_in_it() -> None
     assert measured["kv_cache_gib_per_gpu"] < v1["kv_cache_gib_per_gpu"] < outside["kv_cache_gib_per_gpu"]
 
 
-@pytest.mark.parametrize(("mib", "tokens", "seqs"), [(24576, 2048, 256), (81559, 8192, 1024)])
-def test_v1_defaults_follow_the_gpu_size_and_chunked_prefill_is_always_on(mib: int, tokens: int, seqs: int) -> None:
+@pytest.mark.parametrize(
+    ("mib", "name", "tokens", "seqs"),
+    [
+        (24576, "NVIDIA GeForce RTX 4090", 2048, 256),
+        (81559, "NVIDIA H100 80GB HBM3", 8192, 1024),
+        # vLLM leaves an A100 on the small defaults whatever its memory (the 0.10.1.1 A100 80GB logs in
+        # tests/data/calibration_v1/ print max_num_batched_tokens=2048).
+        (81559, "NVIDIA A100-SXM4-80GB", 2048, 256),
+    ],
+)
+def test_v1_defaults_follow_the_gpu_and_chunked_prefill_is_on(mib: int, name: str, tokens: int, seqs: int) -> None:
     serving = _serving(max_model_len=32768, max_num_seqs=None, tensor_parallel_size=1)
-    result = capacity_planner.plan(model_catalog.catalog_model(LLAMA), _gpu(mib, 1), serving, "v1")
+    result = capacity_planner.plan(model_catalog.catalog_model(LLAMA), _gpu(mib, 1, name), serving, "v1")
     assert result["max_num_batched_tokens"] == tokens
     assert result["sampler_peak_gib"] == pytest.approx((38 * seqs * 128256 + tokens * 4096 * 2) / 2**30)
 
@@ -84,9 +93,9 @@ def _median_kv_error(cases: list[dict]) -> float:
 
 @pytest.mark.xfail(
     strict=True,
-    reason="issue 33's goal is not met yet: one V1 case (vLLM 0.8.x, whose budget also subtracts the CUDA context and "
-    "other non-torch memory), planned 22% high; no further complete public V1 log of a plannable dense model with "
-    "its GPU and gpu_memory_utilization was found (report of branch h-v1cal)",
+    reason="issue 33's goal is not met yet: median 5.3% over 6 V1 cases. Five vLLM 0.10.1.1 logs are planned "
+    "0.8-0.9 GiB low where FlashInfer's sampler ran (the model's sampler term is V0's, sized for the native "
+    "sort); the 0.8.x case is planned 22% high (its budget also subtracts the CUDA context and other non-torch memory)",
 )
 def test_v1_median_kv_error_meets_the_goal_over_at_least_five_cases() -> None:
     assert len(CASES) >= 5
@@ -97,7 +106,10 @@ def test_the_goal_check_can_pass_and_fail() -> None:
     # Control: the same check on the V0 set (3 KV cases at 0.3% median) passes and on a broken V1 case fails.
     v0 = [c for c in bench.load_cases() if "kv_cache_gib" in c["compare"] and c["logged"]["kv_cache_gib"] > 0]
     assert _median_kv_error(v0) <= bench.V1_KV_GOAL
-    broken = {**CASES[0], "serving": {**CASES[0]["serving"], "gpu_memory_utilization": 0.5}}
+    # Broken: the first case with its gpu_memory_utilization moved by 0.2 (down where it can go down), whatever it is.
+    first = CASES[0]["serving"]
+    moved = first["gpu_memory_utilization"] + (-0.2 if first["gpu_memory_utilization"] > 0.4 else 0.2)
+    broken = {**CASES[0], "serving": {**first, "gpu_memory_utilization": moved}}
     assert _median_kv_error([broken]) > bench.V1_KV_GOAL
 
 
