@@ -8,11 +8,19 @@ so lookups (gpubox.gpubox.desired_state) and filters resolve exactly as in a run
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_KEY = "unit-test-key-0123456789abcdef"
+
+
+def tool(name: str) -> Path:
+    """An Ansible command (``ansible``, ``ansible-playbook``) of the interpreter running the tests."""
+    return Path(sys.executable).parent / name
 
 
 def templar_for(
@@ -91,11 +99,6 @@ def run_module(module: str, args: str, cwd: Path, check: bool = False, env: dict
     ``env`` is the base environment (default: this process's). No ansible.cfg is read, so the json
     callback prints plain results; the host's result comes back.
     """
-    import os
-    import subprocess
-    import sys
-
-    ansible = Path(sys.executable).parent / "ansible"
     run_env = {k: v for k, v in (os.environ if env is None else env).items() if k != "ANSIBLE_CONFIG"}
     run_env.update(
         ANSIBLE_COLLECTIONS_PATH=str(ROOT / "collections"),
@@ -105,7 +108,7 @@ def run_module(module: str, args: str, cwd: Path, check: bool = False, env: dict
         ANSIBLE_LOCALHOST_WARNING="0",
         ANSIBLE_INVENTORY_UNPARSED_WARNING="0",
     )
-    argv = [str(ansible), "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])]
+    argv = [str(tool("ansible")), "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])]
     proc = subprocess.run(argv, env=run_env, cwd=cwd, capture_output=True, text=True)
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
 
@@ -117,10 +120,6 @@ def scenario_playbook(playbook: str | Path, *extra: str, callback: str | None = 
     others; ``extra`` are ``-e`` pairs; ``callback`` sets the stdout callback (``json`` to read results).
     Returns the finished process (stdout and stderr captured as text).
     """
-    import os
-    import subprocess
-    import sys
-
     project = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", ROOT))
     env = dict(os.environ)
     env.setdefault("ANSIBLE_CONFIG", str(project / "ansible.cfg"))
@@ -129,8 +128,7 @@ def scenario_playbook(playbook: str | Path, *extra: str, callback: str | None = 
     if callback:
         env["ANSIBLE_STDOUT_CALLBACK"] = callback
     inventory = env.get("MOLECULE_INVENTORY_FILE") or env.get("MOLECULE_EPHEMERAL_DIRECTORY", "") + "/inventory"
-    ansible_playbook = str(Path(sys.executable).parent / "ansible-playbook")
-    argv = [ansible_playbook, "-i", inventory, *(["-l", limit] if limit else []), str(playbook)]
+    argv = [str(tool("ansible-playbook")), "-i", inventory, *(["-l", limit] if limit else []), str(playbook)]
     for pair in extra:
         argv += ["-e", pair]
     return subprocess.run(argv, capture_output=True, text=True, env=env, cwd=project)
@@ -143,15 +141,11 @@ def run_playbook(inventory: dict[str, Any], playbook: str, tmp: Path, timeout: f
 
     One host per case, each with its own variables, makes one run check many cases: a failed host stops
     alone (no any_errors_fatal), so each host's results are its case's run."""
-    import os
-    import subprocess
-    import sys
-
     (tmp / "hosts.json").write_text(json.dumps(inventory))
     (tmp / "play.yml").write_text(playbook)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     env["ANSIBLE_STDOUT_CALLBACK"] = "json"
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")]
+    argv = [str(tool("ansible-playbook")), "-i", str(tmp / "hosts.json"), str(tmp / "play.yml")]
     done = subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
     if "{" not in done.stdout:
         raise AssertionError(f"ansible-playbook printed no report ({done.returncode}):\n{done.stdout}{done.stderr}")
