@@ -14,6 +14,7 @@
     {{ nets | gpubox.gpubox.lockout_errors(addr, 'name') }} -> [] when nets admit the controller's address
     {{ boot_id | gpubox.gpubox.reboot_decision(own_reasons=..., ...) }} -> the reboot gate's record
     {{ record | gpubox.gpubox.reboot_message }}           -> the gate's one line
+    {{ dpkg_query_stdout | gpubox.gpubox.dpkg_installed }} -> {name: version} of the packages on disk
     {{ packages | gpubox.gpubox.kernel_module_plan(policy, secure_boot, signed, branch) }}
                                                           -> what keeps a nvidia module for every kernel
     {{ packages | gpubox.gpubox.driver_branch_plan(distribution, release, branch, version, signed, flavour) }}
@@ -161,6 +162,11 @@ def kernel_module_plan(
     )
 
 
+def dpkg_installed(text: Any) -> dict[str, str]:
+    """name -> version of the packages on disk, from ``dpkg-query --show`` in driver_branch.DPKG_FORMAT."""
+    return driver_branch.dpkg_installed(str(text or ""))
+
+
 def driver_branch_plan(
     packages: Any,
     distribution: str,
@@ -170,7 +176,9 @@ def driver_branch_plan(
     signed: bool = False,
     flavour: str = "",
 ) -> dict:
-    """The driver move from ansible_facts.packages (plugins/module_utils/driver_branch.py); a refusal is in problems."""
+    """The driver move from the installed packages, name -> version (dpkg_installed); a refusal is in problems.
+
+    plugins/module_utils/driver_branch.py decides."""
     return driver_branch.plan_facts(
         dict(packages or {}),
         str(distribution),
@@ -221,6 +229,7 @@ class FilterModule:
             "reboot_message": reboot_message,
             "kernel_module_plan": kernel_module_plan,
             "driver_branch_plan": driver_branch_plan,
+            "dpkg_installed": dpkg_installed,
             "tenant_key_map": tenant_key_map,
             "tenant_keys": tenant_keys,
         }

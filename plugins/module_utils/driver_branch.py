@@ -306,17 +306,29 @@ def plan(
     )
 
 
-def installed_versions(package_facts: Mapping[str, object]) -> dict[str, str]:
-    """name -> version from ``ansible_facts.packages`` (package_facts: name -> list of {version, ...})."""
+# The format validate.yml hands dpkg-query (--showformat): status, name and version, tab-separated.
+DPKG_FORMAT = "${db:Status-Abbrev}\t${binary:Package}\t${Version}\n"
+
+
+def dpkg_installed(text: str) -> dict[str, str]:
+    """name -> version of every package dpkg has on disk, from ``dpkg-query --show`` in ``DPKG_FORMAT``.
+
+    On disk: dpkg's current state (the second letter of the status) is neither n (not installed) nor c
+    (only its configuration files left), so a package a stopped run left unpacked or half-configured
+    counts, as it does for apt (a package has a current version in apt's cache in exactly those states).
+    Of a package installed for two architectures, the first line's version is kept.
+    """
     out: dict[str, str] = {}
-    for name, rows in package_facts.items():
-        if isinstance(rows, list) and rows and isinstance(rows[0], Mapping) and rows[0].get("version"):
-            out[package_name(str(name))] = str(rows[0]["version"])
+    for line in str(text or "").splitlines():
+        fields = line.split("\t")
+        if len(fields) != 3 or len(fields[0]) < 2 or fields[0][1] in "nc" or not fields[2]:
+            continue
+        out.setdefault(package_name(fields[1].strip()), fields[2].strip())
     return out
 
 
 def plan_facts(
-    package_facts: Mapping[str, object],
+    installed: Mapping[str, str],
     distribution: str,
     release: str,
     branch: str,
@@ -329,7 +341,7 @@ def plan_facts(
     try:
         check_release(distribution, release, branch, version)
         result = plan(
-            installed_versions(package_facts),
+            {str(name): str(version) for name, version in installed.items()},
             distribution,
             branch,
             version,

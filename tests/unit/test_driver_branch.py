@@ -6,9 +6,16 @@ bookworm's 535.261.03-1 installed as roles/nvidia_driver installs it, then trixi
 
 from __future__ import annotations
 
+import shutil
+import subprocess
+from pathlib import Path
+
 import pytest
+import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import driver_branch as db
+
+REPO = Path(__file__).resolve().parents[2]
 
 U535 = "535.274.02-0ubuntu0.22.04.1"
 U580 = "580.178.04-0ubuntu0.22.04.1"
@@ -268,17 +275,54 @@ def test_a_release_the_table_lacks_is_checked_against_the_distribution():
     assert db.check_release("Debian", "13", "550", D550) == "550.163.01"
 
 
-def _facts(installed: dict[str, str]) -> dict[str, list[dict[str, str]]]:
-    """ansible_facts.packages as package_facts (manager apt) returns them: no architecture suffix."""
-    return {db.package_name(name): [{"name": db.package_name(name), "version": v}] for name, v in installed.items()}
+def _facts(installed: dict[str, str]) -> dict[str, str]:
+    """The installed packages as validate.yml hands them to the plan: dpkg-query's lines through dpkg_installed."""
+    return db.dpkg_installed("".join(f"ii \t{name}\t{version}\n" for name, version in installed.items()))
 
 
-def test_installed_versions_reads_package_facts():
-    assert db.installed_versions(_facts({"libcuda1:amd64": D535, "nvidia-smi": D535})) == {
-        "libcuda1": D535,
-        "nvidia-smi": D535,
+def test_dpkg_installed_reads_what_dpkg_has_on_disk():
+    text = (
+        "ii \tlibcuda1:amd64\t535.261.03-1\n"
+        "hi \tnvidia-smi\t535.261.03-1\n"  # held
+        "iU \tnvidia-kernel-dkms\t535.261.03-1\n"  # unpacked by a run stopped before configuring
+        "iF \tnvidia-driver\t535.261.03-1\n"  # half-configured
+        "iH \tnvidia-alternative\t535.261.03-1\n"  # half-installed
+        "rc \tnvidia-tesla-470-driver\t470.256.02-1\n"  # purged but for its configuration files
+        "un \tnouveau-firmware\t\n"  # known to dpkg, never installed
+        "pn \tnvidia-legacy-340xx-driver\t\n"
+        "ii \tlibc6:amd64\t2.36-9\n"
+        "ii \tlibc6:i386\t2.36-8\n"  # a second architecture: the first line's version is kept
+        "not a line of the format\n"
+        "\n"
+    )
+    assert db.dpkg_installed(text) == {
+        "libcuda1": "535.261.03-1",
+        "nvidia-smi": "535.261.03-1",
+        "nvidia-kernel-dkms": "535.261.03-1",
+        "nvidia-driver": "535.261.03-1",
+        "nvidia-alternative": "535.261.03-1",
+        "libc6": "2.36-9",
     }
-    assert db.installed_versions({"odd": [], "other": "x"}) == {}
+    assert db.dpkg_installed("") == {}
+
+
+def test_dpkg_installed_reads_dpkg_querys_own_output():
+    """The format validate.yml gives dpkg-query, run here on this machine's own package database."""
+    dpkg_query = shutil.which("dpkg-query")
+    assert dpkg_query, "dpkg-query is part of every Debian and Ubuntu system"
+    out = subprocess.run(
+        [dpkg_query, "--show", f"--showformat={db.DPKG_FORMAT}", "dpkg"], capture_output=True, text=True, check=True
+    ).stdout
+    version = subprocess.run(
+        [dpkg_query, "--show", "--showformat=${Version}", "dpkg"], capture_output=True, text=True, check=True
+    ).stdout
+    assert db.dpkg_installed(out) == {"dpkg": version}
+
+
+def test_validate_hands_dpkg_query_the_parsers_format():
+    tasks = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/validate.yml").read_text())
+    argv = next(t["ansible.builtin.command"]["argv"] for t in tasks if t.get("register") == "_nvidia_driver_dpkg")
+    assert argv == ["dpkg-query", "--show", f"--showformat={db.DPKG_FORMAT}"]
 
 
 def test_plan_facts_is_the_roles_view_of_a_branch_move():

@@ -201,14 +201,18 @@ def test_the_branch_move_is_one_apt_transaction_that_purges_the_old_branch():
 
 @pytest.mark.parametrize(
     ("packages", "expected"),
-    [({"linux-image-generic-hwe-22.04": []}, "generic-hwe-22.04"), ({"linux-image-generic": []}, "generic")],
+    [
+        ({"linux-image-generic-hwe-22.04": "6.8.0-60.63~22.04.1"}, "generic-hwe-22.04"),
+        ({"linux-image-generic": "5.15.0.143.138"}, "generic"),
+    ],
 )
 def test_kernel_flavour_detection(packages, expected):
     tasks = load(ROOT / "roles/nvidia_driver/tasks/validate.yml")
     decide = next(t for t in tasks if "_nvidia_driver_kernel_flavour" in t.get("ansible.builtin.set_fact", {}))
     expr = decide["ansible.builtin.set_fact"]["_nvidia_driver_kernel_flavour"]
-    facts = {"distribution_version": "22.04", "packages": packages}
-    assert render(expr, {"nvidia_driver_kernel_flavour": "", "ansible_facts": facts}) == expected
+    facts = {"distribution_version": "22.04"}
+    given = {"nvidia_driver_kernel_flavour": "", "ansible_facts": facts, "_nvidia_driver_versions": packages}
+    assert render(expr, given) == expected
 
 
 @pytest.mark.parametrize("distro", ["Ubuntu-22", "Debian-12"])
