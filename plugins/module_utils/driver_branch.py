@@ -306,8 +306,9 @@ def plan(
     )
 
 
-# The format validate.yml hands dpkg-query (--showformat): status, name and version, tab-separated.
-DPKG_FORMAT = "${db:Status-Abbrev}\t${binary:Package}\t${Version}\n"
+# The format validate.yml hands dpkg-query (--showformat): status, name and version, tab-separated. The
+# escapes are dpkg-query's own (it reads \t and \n in the format), so the role's argv holds no tab.
+DPKG_FORMAT = r"${db:Status-Abbrev}\t${binary:Package}\t${Version}\n"
 
 
 def dpkg_installed(text: str) -> dict[str, str]:
