@@ -24,6 +24,7 @@ from pathlib import Path
 import pytest
 
 import box_wait
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 IMAGE = os.environ.get("GPUBOX_IMAGE") or "localhost/gpubox-box:latest"  # as create.yml reads it
@@ -209,7 +210,7 @@ def run_wait_http(tmp_path: Path, url: str, tries: int, on_retry: Callable[[], N
         "    - ansible.builtin.debug: {msg: 'answered {{ _wait_http.status }}'}\n"
     )
     env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1"}
-    playbook = Path(sys.executable).parent / "ansible-playbook"
+    playbook = ansible_vars.tool("ansible-playbook")
     cmd = [str(playbook), "-i", "localhost,", "-e", f"ansible_python_interpreter={sys.executable}", str(play)]
     out = []
     with subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env) as proc:

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.action.converge_box import step_line
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,7 +56,7 @@ def test_each_step_is_shown_while_the_inner_run_still_runs(tmp_path: Path) -> No
     argv = [sys.executable, str(tmp_path / "inner.py"), str(go)]
     (tmp_path / "play.yml").write_text(PLAY.format(argv=json.dumps(argv), result=tmp_path / "result.json"))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1", PYTHONUNBUFFERED="1")
-    cmd = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", "localhost,", str(tmp_path / "play.yml")]
+    cmd = [str(ansible_vars.tool("ansible-playbook")), "-i", "localhost,", str(tmp_path / "play.yml")]
     cmd += ["-e", json.dumps({"ansible_connection": "local", "ansible_python_interpreter": sys.executable})]
     proc = subprocess.Popen(cmd, env=env, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     seen_at = None

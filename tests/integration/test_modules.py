@@ -44,7 +44,7 @@ def env_lines(tmp_path: Path) -> list:
 
 
 def _ansible() -> str | None:
-    candidate = Path(sys.executable).parent / "ansible"
+    candidate = ansible_vars.tool("ansible")
     return str(candidate) if candidate.exists() else shutil.which("ansible")
 
 

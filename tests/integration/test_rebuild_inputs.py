@@ -9,10 +9,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+
+from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -31,7 +32,7 @@ def rebuild(tmp_path: Path, *extra: str, inventory: dict | None = None) -> subpr
     inv.write_text(json.dumps(inventory or INVENTORY))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
     argv = [
-        str(Path(sys.executable).parent / "ansible-playbook"),
+        str(ansible_vars.tool("ansible-playbook")),
         "-i",
         str(inv),
         str(ROOT / "playbooks" / "rebuild.yml"),

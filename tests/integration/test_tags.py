@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 import subprocess
-import sys
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -16,8 +15,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import ansible_vars
+
 ROOT = Path(__file__).resolve().parents[2]
-ANSIBLE_PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+ANSIBLE_PLAYBOOK = ansible_vars.tool("ansible-playbook")
 ROLES = {p.name for p in (ROOT / "roles").iterdir() if p.is_dir()}
 PREFLIGHT_PLAY = "Preflight (checks only, changes nothing)"
 REBOOT_GATE_PLAY = "Reboot gate (one gated reboot when the host layer needs it)"

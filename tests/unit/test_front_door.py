@@ -236,7 +236,7 @@ PLAY = """
 def _validate(tmp_path: Path, extra: dict[str, Any]) -> subprocess.CompletedProcess[str]:
     (tmp_path / "play.yml").write_text(PLAY)
     extra = {"ansible_connection": "local", "vault_gpubox_api_key": ansible_vars.TEST_KEY, **extra}
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(ROOT / "inventories" / "production")]
+    argv = [str(ansible_vars.tool("ansible-playbook")), "-i", str(ROOT / "inventories" / "production")]
     argv += [str(tmp_path / "play.yml"), "-e", json.dumps(extra)]
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_NOCOLOR="1")
     return subprocess.run(argv, env=env, cwd=ROOT, capture_output=True, text=True, timeout=300)
@@ -367,7 +367,7 @@ FIREWALL_PLAY = """
 def test_a_firewall_that_would_lock_the_controller_out_is_refused_before_any_change(tmp_path: Path) -> None:
     # The local connection hands this process's environment to the task that reads SSH_CONNECTION.
     (tmp_path / "play.yml").write_text(FIREWALL_PLAY)
-    argv = [str(Path(sys.executable).parent / "ansible-playbook"), "-i", str(ROOT / "inventories" / "production")]
+    argv = [str(ansible_vars.tool("ansible-playbook")), "-i", str(ROOT / "inventories" / "production")]
     extra = {"ansible_connection": "local", "ansible_python_interpreter": sys.executable}
     extra["vault_gpubox_api_key"] = ansible_vars.TEST_KEY
     argv += [str(tmp_path / "play.yml"), "-e", json.dumps({**extra, "firewall_ssh_networks": ["10.0.0.0/8"]})]
