@@ -204,6 +204,7 @@ class ServingFacts:
     block_size: int
     engine: str = DEFAULT_ENGINE
     cudagraph_gib: float = 0.0  # V1: CUDA-graph memory counted in the KV budget (0 for V0, eager or outside)
+    sampler: str = "native-sort"  # V1: the profiling run's top-k/top-p path (capacity_v1.SAMPLERS); V0 sorts
 
 
 @dataclass
@@ -471,13 +472,14 @@ def _serving_facts(
         eager = False
 
     cudagraph = capacity_v1.cudagraph_gib(serving, eager, col.errors) if engine == "v1" else 0.0
+    sampler = capacity_v1.sampler_path(serving, col.errors) if engine == "v1" else "native-sort"
 
     errors.extend(col.errors)
     if col.errors:
         return None
     kv_bytes = (model.dtype_bytes if model else 2) if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
     return ServingFacts(
-        tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block, engine, cudagraph
+        tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block, engine, cudagraph, sampler
     )
 
 
@@ -510,7 +512,10 @@ def sampler_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
     seqs = serving.max_num_seqs
     per_entry = SAMPLER_BYTES_SMALL_BATCH if seqs in SAMPLER_SMALL_BATCH else SAMPLER_BYTES
-    return per_entry * seqs * model.vocab + serving.max_num_batched_tokens * model.hidden * act_bytes
+    hidden_states = serving.max_num_batched_tokens * model.hidden * act_bytes
+    if serving.engine == "v1":
+        return capacity_v1.sampler_logits_bytes(serving.sampler, seqs, model.vocab, per_entry) + hidden_states
+    return per_entry * seqs * model.vocab + hidden_states
 
 
 def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:

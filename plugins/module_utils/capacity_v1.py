@@ -25,8 +25,40 @@ V0 engine. Read from vLLM's own source (vllm/v1/worker/gpu_worker.py ``init_devi
    token); V1 refuses to start when one ``max_model_len`` sequence does not fit ("To serve at least one request
    with the models's max seq len ...").
 
-The profiling run's activation peak is modelled with V0's terms (MLP live set over the batched tokens, the sampler
-over max_num_seqs x vocab); tests/data/calibration_v1/*.yml holds public V1 start-up logs with their sources and
+6. The profiling run's sampler pass (vllm/v1/worker/gpu_model_runner.py ``_dummy_sampler_run``, called by
+   ``profile_run`` on the last pipeline rank) samples one token for each of max_num_seqs dummy requests with top_k
+   = vocab - 1 and top_p = 0.9, so every top-k/top-p path runs over a (max_num_seqs x vocab) logits tensor. Its
+   live set per (sequence x vocab entry) depends on which implementation runs, ``serving["sampler"]``:
+
+   - ``"flashinfer"``: vLLM 0.10.1.1 with FlashInfer, which its V1 sampler takes by default whenever the flashinfer
+     package imports (vllm/envs.py: VLLM_USE_FLASHINFER_SAMPLER unset is None, and
+     vllm/v1/sample/ops/topk_topp_sampler.py treats anything but False as on; start-up line "Using FlashInfer for
+     top-p & top-k sampling."). Live at the peak: the caller's logits in the model dtype (2 B for bf16), the
+     sampler's fp32 copy (vllm/v1/sample/sampler.py ``logits.to(torch.float32)``, 4 B), and inside flashinfer
+     0.2.11's ``top_k_top_p_sampling_from_logits`` (flashinfer/sampling.py, the version vLLM 0.10.1.1's setup.py
+     pins) the top-k masked logits (``top_k_mask_logits``: ``torch.empty_like`` of the fp32 logits, 4 B) and
+     their softmax (4 B): ``FLASHINFER_SAMPLER_BYTES`` = 14 B.
+   - ``"native-sort"``: vLLM 0.10.1.1 without FlashInfer (start-up warning "FlashInfer is not available. Falling
+     back to the PyTorch-native implementation of top-p & top-k sampling."): ``apply_top_k_top_p`` sorts the fp32
+     logits, the same sort V0 runs, so V0's measured 38 B (50 B for 2-127 sequences) holds: caller's bf16 2 +
+     fp32 copy 4 + the sort's values, int64 indices and scratch (32 B, bench/sampler_peak.txt "sort alone"); the
+     later mask/scatter phase holds 28 B.
+   - ``"native-triton"``: vLLM 0.32.0 (the lts-580 stack), whichever path it logs. VLLM_USE_FLASHINFER_SAMPLER
+     defaults to True there (vllm/envs.py) and ``flashinfer_sampler_supported`` logs "Using FlashInfer for top-p
+     & top-k sampling." when FlashInfer can run, but ``_dummy_sampler_run`` then calls the sampler a second time
+     with a per-request generator, which ``forward_cuda`` sends to ``forward_native``; that warms the native
+     path in the profiling run too (skipped only for the processed logprobs modes). The native top-k/top-p is
+     Triton there (``apply_top_k_top_p_triton`` in vllm/v1/sample/ops/topk_topp_triton.py: in place on the fp32
+     logits, plus a cached fp32 scratch of min(SMs, next power of two of min(SMs, rows)) rows of vocab), followed
+     by the fp32 softmax (4 B) and the exponential noise ``q`` (4 B, ``random_sample``). Per entry: 2 + 4 + 4 +
+     4 = 14 B, as the FlashInfer call (2 + 4 + 4 + 4), plus the scratch rows: ``TRITON_SAMPLER_BYTES`` +
+     ``TRITON_SCRATCH_ROWS`` rows of 4 B x vocab.
+
+   The default is ``DEFAULT_SAMPLER`` (the lts stack's vLLM 0.32.0); a calibration case states its release's
+   path with the start-up line it comes from.
+
+The rest of the activation peak is V0's (the MLP live set over the batched tokens, and the hidden states the
+sampler pass keeps); tests/data/calibration_v1/*.yml holds public V1 start-up logs with their sources and
 ``python bench/report.py`` reports the fit.
 """
 
@@ -47,6 +79,18 @@ LARGE_GPU_GIB = 70
 BATCHED_TOKENS = {False: 2048, True: 8192}  # GPU below / from LARGE_GPU_GIB
 MAX_NUM_SEQS = {False: 256, True: 1024}
 MAX_CUDAGRAPH_GIB = 2**24 / 1024  # capacity_planner.MAX_GPU_MIB in GiB
+
+# The profiling run's sampler pass (item 6 of the docstring): bytes per (sequence x vocab entry) for bf16 logits.
+SAMPLERS = ("flashinfer", "native-sort", "native-triton")
+DEFAULT_SAMPLER = "native-triton"  # vLLM 0.32.0 warms its native (Triton) sampler in the profiling run
+FP32 = 4
+# caller's logits (model dtype) + fp32 copy + flashinfer's top-k masked logits + their softmax
+FLASHINFER_SAMPLER_BYTES = 2 + FP32 + FP32 + FP32
+# caller's logits (model dtype) + fp32 copy (masked in place by Triton) + softmax probs + exponential noise
+TRITON_SAMPLER_BYTES = 2 + FP32 + FP32 + FP32
+# Triton's cached scratch: min(SMs, rows) fp32 rows of vocab. The planner has no SM count: 132 (H100/H200 SXM);
+# an A100 has 108, an L40S 142, a B200 148 (10 SMs are 6 MB at a 152k vocab).
+TRITON_SCRATCH_ROWS = 132
 
 
 def is_large_gpu(usable_mib: float, name: str = "") -> bool:
@@ -94,3 +138,30 @@ def cudagraph_gib(serving: dict, eager: bool, errors: list[str]) -> float:
     elif in_budget and not eager:
         return float(CUDAGRAPH_GIB if measured is None else measured)
     return 0.0
+
+
+def sampler_path(serving: dict, errors: list[str]) -> str:
+    """``serving["sampler"]`` (default DEFAULT_SAMPLER); appends a message naming the key and the fix when bad."""
+    path = serving.get("sampler", DEFAULT_SAMPLER)
+    if path in SAMPLERS:
+        return path
+    errors.append(
+        f"serving sampler must be one of {', '.join(SAMPLERS)}, got {value_text.short(path)}: native-triton for "
+        "vLLM 0.32 (its profiling run warms the native sampler whatever it logs); for vLLM 0.10 flashinfer when "
+        "it logs 'Using FlashInfer for top-p & top-k sampling.', native-sort when FlashInfer is not available"
+    )
+    return DEFAULT_SAMPLER
+
+
+def sampler_logits_bytes(path: str, seqs: int, vocab: int, sort_bytes: float) -> float:
+    """Bytes the profiling run's sampler pass holds over its (seqs x vocab) logits on the path ``path``.
+
+    ``sort_bytes`` is the measured per-entry figure of the PyTorch sort path (V0's, capacity_planner)."""
+    entries = seqs * vocab
+    if path == "flashinfer":
+        return FLASHINFER_SAMPLER_BYTES * entries
+    if path == "native-triton":
+        # scratch rows: the next power of two of min(SMs, rows), at most the SM count
+        rows = min(1 << (min(seqs, TRITON_SCRATCH_ROWS) - 1).bit_length(), TRITON_SCRATCH_ROWS)
+        return TRITON_SAMPLER_BYTES * entries + FP32 * rows * vocab
+    return sort_bytes * entries
