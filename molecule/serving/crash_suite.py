@@ -54,6 +54,10 @@ class Point:
     action: str  # kill | freeze
     after: float = 0.0
     tags: str = ""  # the run's --tags: empty, the whole site.yml
+    # The engine's processes stopped (SIGSTOP) for the run and let go (SIGCONT) after it: the engine answers
+    # nothing, as while it loads, so the readiness gate is waiting when it is struck, however fast the run
+    # got there (an engine that had finished loading let the gate pass in under a second, before the strike).
+    hold_engine: bool = False
 
 
 STAGED = f"{MODEL_ROOT}/.staging/tiny-qwen2@*"
@@ -100,8 +104,13 @@ POINTS = [
         "kill",
         2.0,
         MODEL_ON,
+        hold_engine=True,
     ),
 ]
+VLLM_UNIT = "vllm.service"
+# How long a controller-side kill looks for a process of ansible's on the box: a task that retries (the
+# readiness gate: a try of up to 10 s, then 5 s apart) has none between its tries.
+STRIKE_WITHIN = 20.0
 
 
 @dataclass
@@ -115,6 +124,7 @@ class Result:
     invariants: list[str] = field(default_factory=list)
     live: str | None = None
     note: str = ""
+    killed: int = 0  # a kill point: the processes of ansible's its strike killed on the box
 
 
 def podman(*args: str, check: bool = True, timeout: float = 120) -> subprocess.CompletedProcess:
@@ -155,6 +165,15 @@ def recorded(box: str, record: str) -> bool:
         return box_exec(box, "test", "-e", record, check=False, timeout=15).returncode == 0
     except subprocess.TimeoutExpired:
         return False
+
+
+def killed(box: str, record: str) -> list[int]:
+    """The processes a kill point's strike killed, as its record lists them ([] when it found none)."""
+    proc = box_exec(box, "cat", record, check=False, timeout=15)
+    try:
+        return list(json.loads(proc.stdout).get("struck") or [])
+    except (ValueError, AttributeError):
+        return []
 
 
 def wait_booted(box: str, timeout: float = 180) -> None:
@@ -213,6 +232,8 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
         watch += ["--when", cond]
     if on_box:
         podman("exec", "-d", box, *watch)
+    if point.hold_engine:
+        box_exec(box, "systemctl", "kill", "--signal=SIGSTOP", VLLM_UNIT, check=False)
     started = time.monotonic()
     next_look = started
     log = out / f"{index:02d}-{point.name}.log"
@@ -229,6 +250,7 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
         look = False
         if tasks and seen is not None and not fired and time.monotonic() - seen >= point.after:
             strike = ["python3", f"{BOX_DIR}/watcher.py", "--point", point.name, "--strike"]
+            strike += ["--within", str(STRIKE_WITHIN)]
             box_exec(box, *strike, "--action", point.action, "--record", record)
             look = True
         # The record is looked for every 3 s (each look is a `podman exec`: three a second cost more CPU
@@ -244,13 +266,21 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
                 wait_reachable(box)
         time.sleep(0.3)
     res.playbook_rc = proc.returncode
+    if point.hold_engine:
+        box_exec(box, "systemctl", "kill", "--signal=SIGCONT", VLLM_UNIT, check=False)
     if not fired:
         fired = recorded(box, record)
-    res.struck = fired
     res.seconds = round(time.monotonic() - started, 1)
     if not fired:
         res.note = "the run ended without reaching the point"
         box_exec(box, "pkill", "-f", "gpubox-crash/watcher.py", check=False)
+    elif point.action == "kill":
+        res.killed = len(killed(box, record))
+        if not res.killed:
+            # The record says the point was seen, but no process of ansible's was there to kill: the run went
+            # on past the point unharmed, so nothing about stopping there was tested.
+            fired, res.note = False, "the strike found no process of ansible's on the box (it was past the point)"
+    res.struck = fired
     check = json.loads(box_exec(box, "python3", f"{BOX_DIR}/watcher.py", "--check", MODEL_ROOT).stdout)
     res.invariants, res.live = check["problems"], check["live"]
     return res
@@ -275,7 +305,7 @@ def markdown(results: list[Result], finals: list[dict]) -> str:
     for i, r in enumerate(results, 1):
         how = "SIGKILL of ansible's processes" if r.action == "kill" else "power cut (freeze + restart)"
         inv = "ok" if not r.invariants else "; ".join(r.invariants)
-        struck = "yes" if r.struck else "NO"
+        struck = ("yes" if r.struck else "NO") + (f" ({r.killed} killed)" if r.action == "kill" else "")
         run = f"`--tags {tags[r.point]}`" if tags[r.point] else "site.yml"
         lines.append(f"| {i} | {r.what} | {how} | {run} | {struck} | {r.playbook_rc} | {inv} | {r.seconds} |")
     for f in finals:
@@ -304,7 +334,7 @@ def main() -> int:
         res = strike_point(args, point, index, out)
         results.append(res)
         print(
-            f"[crash] {index:02d} {point.name}: struck={res.struck} rc={res.playbook_rc} "
+            f"[crash] {index:02d} {point.name}: struck={res.struck} killed={res.killed} rc={res.playbook_rc} "
             f"invariants={'ok' if not res.invariants else res.invariants} ({res.seconds} s)",
             flush=True,
         )

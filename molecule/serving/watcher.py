@@ -2,7 +2,10 @@
 """TEST ONLY, runs inside the box: wait for a point of a converge, then strike (stdlib only).
 
     watcher.py --point NAME --when COND [--when COND ...] [--after S] --action kill|freeze --record F
-    watcher.py --point NAME --strike --action kill|freeze --record F   strike now (the controller saw the point)
+    watcher.py --point NAME --strike --action kill|freeze --record F [--within S]
+                                     strike now (the controller saw the point); a kill with --within
+                                     looks for a process of ansible's for up to S seconds (a retrying
+                                     task has none on the box between its tries)
     watcher.py --check MODEL_ROOT        invariants that must hold after any crash (JSON on stdout)
 
 Conditions (all must hold at once):
@@ -258,11 +261,16 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=3600)
     ap.add_argument("--check")
     ap.add_argument("--strike", action="store_true")
+    ap.add_argument("--within", type=float, default=0.0)
     args = ap.parse_args()
     if args.check:
         return check(args.check)
     if args.strike and args.point and args.action and args.record:
         procs = processes()
+        end = time.monotonic() + args.within
+        while args.action == "kill" and not ansible_pids(procs) and time.monotonic() < end:
+            time.sleep(0.1)
+            procs = processes()
         rec = {"point": args.point, "time": time.time(), "matched": ["controller"], "action": args.action}
         if args.action == "kill":
             rec["struck"] = strike("kill", procs)

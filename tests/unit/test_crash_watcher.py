@@ -72,3 +72,32 @@ def test_strikes_and_says_so_once_every_condition_holds(
     record = json.loads(Path(args.record).read_text())
     assert record["point"] == "p" and record["matched"][0].endswith("w.part")
     assert capsys.readouterr().out.strip() == "struck p"
+
+
+def _session_after(looks: int) -> tuple[dict, object]:
+    """processes(): no ansible process for the first ``looks`` scans, then an sshd session running a module."""
+    seen = {"scans": 0}
+    session = {100: (1, "sshd: root@notty"), 101: (100, "/bin/sh -c python3 && sleep 0"), 102: (101, "python3")}
+
+    def fake() -> dict:
+        seen["scans"] += 1
+        return session if seen["scans"] > looks else {1: (0, "/sbin/init")}
+
+    return seen, fake
+
+
+@pytest.mark.parametrize(("within", "killed"), [("2", [101, 102]), ("0", [])])
+def test_a_controller_kill_looks_for_ansible_within_its_window(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, within: str, killed: list[int]
+) -> None:
+    """A task that retries (the readiness gate) has no process on the box between its tries: --strike with
+    --within keeps looking until one runs; without it (the control) the strike finds nothing and says so."""
+    seen, fake = _session_after(3)
+    monkeypatch.setattr(watcher, "processes", fake)
+    monkeypatch.setattr(watcher, "strike", lambda action, procs: sorted(watcher.ansible_pids(procs)))
+    record = tmp_path / "01-readiness.json"
+    argv = ["watcher.py", "--point", "readiness", "--strike", "--action", "kill", "--record", str(record)]
+    monkeypatch.setattr(sys, "argv", [*argv, "--within", within])
+    assert watcher.main() == 0
+    assert json.loads(record.read_text())["struck"] == killed
+    assert seen["scans"] == (4 if killed else 1)
