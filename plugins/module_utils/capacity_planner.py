@@ -513,9 +513,8 @@ def sampler_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     seqs = serving.max_num_seqs
     per_entry = SAMPLER_BYTES_SMALL_BATCH if seqs in SAMPLER_SMALL_BATCH else SAMPLER_BYTES
     hidden_states = serving.max_num_batched_tokens * model.hidden * act_bytes
-    if serving.engine == "v1":
-        return capacity_v1.sampler_logits_bytes(serving.sampler, seqs, model.vocab, per_entry) + hidden_states
-    return per_entry * seqs * model.vocab + hidden_states
+    # V0 always sorts (serving.sampler is "native-sort"); V1 takes the path its release runs.
+    return capacity_v1.sampler_logits_bytes(serving.sampler, seqs, model.vocab, per_entry) + hidden_states
 
 
 def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
