@@ -29,6 +29,8 @@ from ansible.executor.module_common import _apply_action_arg_defaults
 from ansible.plugins.action import ActionBase
 from ansible.utils.display import Display
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import dpkg
+
 display = Display()
 
 APT = "ansible.builtin.apt"
@@ -57,7 +59,6 @@ QUIET_WHEN_PRESENT = frozenset(
 # A Debian package name (Debian Policy 5.6.7), an optional :architecture, an optional =exact-version
 # (Debian Policy 5.6.12's characters; no wildcard, no relation such as >=).
 _NAME = re.compile(r"^(?P<name>[a-z0-9][a-z0-9+.-]+)(?::(?P<arch>[a-z0-9-]+))?(?:=(?P<version>[A-Za-z0-9.+~:-]+))?$")
-FIELDS = r"${db:Status-Abbrev}\t${Package}\t${Architecture}\t${Version}\n"
 
 
 @dataclass(frozen=True)
@@ -98,20 +99,15 @@ def wanted(args: dict) -> list[Wanted] | None:
 def query_command(packages: list[Wanted]) -> str:
     """One dpkg-query for every package named (rc 1, and a line on stderr, for a name dpkg has never seen)."""
     names = " ".join(shlex.quote(p.name if p.arch is None else f"{p.name}:{p.arch}") for p in packages)
-    return f"LC_ALL=C dpkg-query -W -f {shlex.quote(FIELDS)} -- {names}"
+    return f"LC_ALL=C dpkg-query -W -f {shlex.quote(dpkg.FORMAT)} -- {names}"
 
 
 def unmet(packages: list[Wanted], stdout: str) -> list[str]:
     """The packages dpkg does not show installed as asked ([] when there is nothing to do)."""
     installed: dict[str, list[tuple[str, str]]] = {}
-    for line in stdout.splitlines():
-        fields = line.split("\t")
-        if len(fields) != 4:
-            continue
-        status, name, arch, version = fields
-        # Wanted install or hold, status installed, no error flag ("ii " / "hi "): the only settled states.
-        if len(status) == 3 and status[0] in "ih" and status[1] == "i" and status[2] == " ":
-            installed.setdefault(name, []).append((arch, version))
+    for row in dpkg.rows(stdout):
+        if dpkg.settled(row.status):  # the only states with nothing left for apt to do
+            installed.setdefault(row.name, []).append((row.arch, row.version))
     missing = []
     for p in packages:
         rows = [

@@ -163,7 +163,7 @@ def kernel_module_plan(
 
 
 def dpkg_installed(text: Any) -> dict[str, str]:
-    """name -> version of the packages on disk, from ``dpkg-query --show`` in driver_branch.DPKG_FORMAT."""
+    """name -> version of the packages on disk, from ``dpkg-query --show`` in module_utils/dpkg.FORMAT."""
     return driver_branch.dpkg_installed(str(text or ""))
 
 

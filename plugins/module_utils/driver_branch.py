@@ -42,6 +42,8 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import dpkg
+
 # The branches each distribution's archive carries under the names the role installs.
 BRANCHES: dict[str, tuple[str, ...]] = {"Ubuntu": ("535", "580"), "Debian": ("470", "535", "550")}
 # What a plan says about a target that installs but not cleanly (the integrator shows it to the user).
@@ -306,25 +308,13 @@ def plan(
     )
 
 
-# The format validate.yml hands dpkg-query (--showformat): status, name and version, tab-separated. The
-# escapes are dpkg-query's own (it reads \t and \n in the format), so the role's argv holds no tab.
-DPKG_FORMAT = r"${db:Status-Abbrev}\t${binary:Package}\t${Version}\n"
-
-
 def dpkg_installed(text: str) -> dict[str, str]:
-    """name -> version of every package dpkg has on disk, from ``dpkg-query --show`` in ``DPKG_FORMAT``.
-
-    On disk: dpkg's current state (the second letter of the status) is neither n (not installed) nor c
-    (only its configuration files left), so a package a stopped run left unpacked or half-configured
-    counts, as it does for apt (a package has a current version in apt's cache in exactly those states).
-    Of a package installed for two architectures, the first line's version is kept.
-    """
+    """name -> version of every package dpkg has on disk (``dpkg.on_disk``), from ``dpkg-query --show`` in
+    ``dpkg.FORMAT``. Of a package installed for two architectures, the first line's version is kept."""
     out: dict[str, str] = {}
-    for line in str(text or "").splitlines():
-        fields = line.split("\t")
-        if len(fields) != 3 or len(fields[0]) < 2 or fields[0][1] in "nc" or not fields[2]:
-            continue
-        out.setdefault(package_name(fields[1].strip()), fields[2].strip())
+    for row in dpkg.rows(text):
+        if dpkg.on_disk(row.status) and row.version:
+            out.setdefault(package_name(row.name.strip()), row.version.strip())
     return out
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import dpkg
 from ansible_collections.gpubox.gpubox.plugins.module_utils import driver_branch as db
 
 REPO = Path(__file__).resolve().parents[2]
@@ -277,21 +278,21 @@ def test_a_release_the_table_lacks_is_checked_against_the_distribution():
 
 def _facts(installed: dict[str, str]) -> dict[str, str]:
     """The installed packages as validate.yml hands them to the plan: dpkg-query's lines through dpkg_installed."""
-    return db.dpkg_installed("".join(f"ii \t{name}\t{version}\n" for name, version in installed.items()))
+    return db.dpkg_installed("".join(f"ii \t{name}\tamd64\t{version}\n" for name, version in installed.items()))
 
 
 def test_dpkg_installed_reads_what_dpkg_has_on_disk():
     text = (
-        "ii \tlibcuda1:amd64\t535.261.03-1\n"
-        "hi \tnvidia-smi\t535.261.03-1\n"  # held
-        "iU \tnvidia-kernel-dkms\t535.261.03-1\n"  # unpacked by a run stopped before configuring
-        "iF \tnvidia-driver\t535.261.03-1\n"  # half-configured
-        "iH \tnvidia-alternative\t535.261.03-1\n"  # half-installed
-        "rc \tnvidia-tesla-470-driver\t470.256.02-1\n"  # purged but for its configuration files
-        "un \tnouveau-firmware\t\n"  # known to dpkg, never installed
-        "pn \tnvidia-legacy-340xx-driver\t\n"
-        "ii \tlibc6:amd64\t2.36-9\n"
-        "ii \tlibc6:i386\t2.36-8\n"  # a second architecture: the first line's version is kept
+        "ii \tlibcuda1\tamd64\t535.261.03-1\n"
+        "hi \tnvidia-smi\tamd64\t535.261.03-1\n"  # held
+        "iU \tnvidia-kernel-dkms\tamd64\t535.261.03-1\n"  # unpacked by a run stopped before configuring
+        "iF \tnvidia-driver\tamd64\t535.261.03-1\n"  # half-configured
+        "iH \tnvidia-alternative\tall\t535.261.03-1\n"  # half-installed
+        "rc \tnvidia-tesla-470-driver\tamd64\t470.256.02-1\n"  # purged but for its configuration files
+        "un \tnouveau-firmware\t\t\n"  # known to dpkg, never installed
+        "pn \tnvidia-legacy-340xx-driver\t\t\n"
+        "ii \tlibc6\tamd64\t2.36-9\n"
+        "ii \tlibc6\ti386\t2.36-8\n"  # a second architecture: the first line's version is kept
         "not a line of the format\n"
         "\n"
     )
@@ -311,7 +312,7 @@ def test_dpkg_installed_reads_dpkg_querys_own_output():
     dpkg_query = shutil.which("dpkg-query")
     assert dpkg_query, "dpkg-query is part of every Debian and Ubuntu system"
     out = subprocess.run(
-        [dpkg_query, "--show", f"--showformat={db.DPKG_FORMAT}", "dpkg"], capture_output=True, text=True, check=True
+        [dpkg_query, "--show", f"--showformat={dpkg.FORMAT}", "dpkg"], capture_output=True, text=True, check=True
     ).stdout
     version = subprocess.run(
         [dpkg_query, "--show", "--showformat=${Version}", "dpkg"], capture_output=True, text=True, check=True
@@ -322,7 +323,7 @@ def test_dpkg_installed_reads_dpkg_querys_own_output():
 def test_validate_hands_dpkg_query_the_parsers_format():
     tasks = yaml.safe_load((REPO / "roles/nvidia_driver/tasks/validate.yml").read_text())
     argv = next(t["ansible.builtin.command"]["argv"] for t in tasks if t.get("register") == "_nvidia_driver_dpkg")
-    assert argv == ["dpkg-query", "--show", f"--showformat={db.DPKG_FORMAT}"]
+    assert argv == ["dpkg-query", "--show", f"--showformat={dpkg.FORMAT}"]
 
 
 def test_plan_facts_is_the_roles_view_of_a_branch_move():
