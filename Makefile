@@ -69,9 +69,12 @@ $(GPUBOX_PROMTOOL):
 # cases in one ansible-playbook run (one host per case); under 2 minutes on a 2-core machine.
 # host-setup.sh: the host packages the tests use (idempotent, quick when present); a missing one fails its
 # test (tests/conftest.py), never skips it.
+# UNIT_WORKERS: pytest-xdist's workers (auto: one per core). make test runs the unit suite in one process
+# (0): beside the scenarios both cores are busy, and each extra worker imports and collects the suite again.
+UNIT_WORKERS ?= auto
 unit: venv promtool
 	molecule/shared/host-setup.sh
-	pytest -q -n auto tests/unit
+	pytest -q -n $(UNIT_WORKERS) tests/unit
 
 # tests/integration: real nginx and HAProxy on loopback, the test hub and apt repo served, podman boxes
 # (the image `make harness` builds), the collection built and installed, its modules run through `ansible
@@ -106,7 +109,7 @@ STATIC_LOG := .cache/static.log
 test: harness
 	@mkdir -p $(dir $(STATIC_LOG))
 	@echo "make test: lint, unit, integration, vllm073 and vllm032 beside the scenarios (log: $(STATIC_LOG))"
-	@$(MAKE) -k --no-print-directory lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
+	@$(MAKE) -k --no-print-directory UNIT_WORKERS=0 lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
 	  rc=0; $(MAKE) --no-print-directory molecule || rc=$$?; \
 	  if wait $$static; then echo "make test: lint, unit, integration, vllm073 and vllm032 passed"; \
 	  else rc=1; echo "make test: lint, unit, integration, vllm073 or vllm032 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
