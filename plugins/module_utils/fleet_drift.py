@@ -1,10 +1,14 @@
 """What every box of a fleet runs, side by side, and where a box drifts.
 
 ``compare(rows, desired)`` takes one flat mapping of facts per box (kernel, driver build, CUDA, vLLM,
-model commit, ...; ``None`` where the box does not say) and, per box, the values the inventory
-asks for (only the fields it states). A value drifts when it differs from the desired one, or, when
-more than half of the boxes that report the field agree on a value, from that majority. A box that
-lacks a value the majority has drifts too ("missing"). ``markdown(report)`` renders the table with
+model commit, ...; ``None`` where the box does not say), per box the values the inventory asks for
+(only the fields it states), and optionally per box its peer group: the boxes the inventory asks to be
+alike (playbooks/fleet_report.yml: the same stack on the same GPUs). A value drifts when it differs
+from the desired one, or, when more than half of the box's peers that report the field agree on a
+value, from that majority: a 4 x RTX 4090 group's P2P verdict and planned KV tokens, or an lts-580
+group's driver and vLLM, are not drift beside a 2 x RTX 3090 group on the pinned stack. Without peer
+groups every box is a peer of every other. A box that lacks a value its majority has drifts too
+("missing"). ``markdown(report)`` renders the table with
 each drifting value marked. Used by playbooks/fleet_report.yml through the filters in
 plugins/filter/fleet_drift.py; tests/unit/test_fleet_drift.py is its test.
 """
@@ -56,15 +60,41 @@ def majority(values: list[Any]) -> Any:
     return value if count * 2 > len(present) else None
 
 
-def compare(rows: Mapping[str, Mapping[str, Any]], desired: Mapping[str, Mapping[str, Any]] | None = None) -> dict:
-    """Per box and field: the value and the reasons it drifts; plus the majority and a flat list."""
+def _majorities(rows: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> dict[str, Any]:
+    return {f: majority([rows[h].get(f) for h in hosts]) for f in FIELD_NAMES} if len(hosts) > 1 else {}
+
+
+def compare(
+    rows: Mapping[str, Mapping[str, Any]],
+    desired: Mapping[str, Mapping[str, Any]] | None = None,
+    peers: Mapping[str, Any] | None = None,
+) -> dict:
+    """Per box and field: the value and the reasons it drifts; plus the majority and a flat list.
+
+    ``peers`` maps a box to its peer group's name (a box it does not name is in a group of its own
+    name); the report's ``majority`` is then per group under ``peers`` (group -> boxes and majority),
+    and its top-level ``majority`` is the whole fleet's only when there is one group."""
     if not isinstance(rows, Mapping):
         raise TypeError("rows must map each box to its facts")
+    if peers is not None and not isinstance(peers, Mapping):
+        raise TypeError("peers must map each box to its peer group's name")
     desired = desired or {}
     hosts = sorted(rows)
-    majorities = {f: majority([rows[h].get(f) for h in hosts]) for f in FIELD_NAMES} if len(hosts) > 1 else {}
-    report: dict[str, Any] = {"fields": [list(f) for f in FIELDS], "majority": majorities, "hosts": {}, "drift": []}
+    group_of = {h: str(peers.get(h, h)) if peers is not None else "" for h in hosts}
+    groups: dict[str, list[str]] = {}
     for host in hosts:
+        groups.setdefault(group_of[host], []).append(host)
+    group_majority = {g: _majorities(rows, members) for g, members in groups.items()}
+    report: dict[str, Any] = {
+        "fields": [list(f) for f in FIELDS],
+        "majority": group_majority[group_of[hosts[0]]] if len(groups) == 1 else {},
+        "hosts": {},
+        "drift": [],
+    }
+    if peers is not None:
+        report["peers"] = {g: {"hosts": members, "majority": group_majority[g]} for g, members in groups.items()}
+    for host in hosts:
+        majorities = group_majority[group_of[host]]
         out = {}
         for field in FIELD_NAMES:
             value = _norm(rows[host].get(field))
@@ -96,5 +126,9 @@ def markdown(report: Mapping[str, Any]) -> str:
     for host, cells in report["hosts"].items():
         lines.append(f"| {host} | " + " | ".join(_cell(cells[f], f in WHOLE) for f, _title in report["fields"]) + " |")
     lines.append("")
+    groups = report.get("peers") or {}
+    if len(groups) > 1:
+        named = "; ".join(f"{g}: {', '.join(v['hosts'])}" for g, v in groups.items())
+        lines.append(f"Each box is compared with its peers' majority ({named}).")
     lines.append(f"{len(report['drift'])} drifting value(s)." if report["drift"] else "No drift.")
     return "\n".join(lines) + "\n"

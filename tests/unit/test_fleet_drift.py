@@ -99,3 +99,52 @@ def test_the_gpu_column_shows_a_blind_kernel_log_whole_and_marks_the_box():
     table = fleet_drift.markdown(report)
     assert f"**{summary}** (DRIFT: majority healthy)" in table  # whole, not shortened to 24 characters
     assert f"{'a' * 12}...{'a' * 8}" in table  # other long values still are
+
+
+# A fleet of two groups the inventory asks to differ: 2 x RTX 3090 on the pinned stack (NVLink P2P) and
+# 4 x RTX 4090 on lts-580 (PCIe only: no P2P, another KV plan, another driver, vLLM and torch).
+MIXED = {
+    "a1": box(),
+    "a2": box(),
+    "b1": box(p2p="disabled", kv_tokens_planned=180000, driver="580.95.05-0ubuntu1", vllm="0.32.0", torch="2.9.0"),
+    "b2": box(p2p="disabled", kv_tokens_planned=180000, driver="580.95.05-0ubuntu1", vllm="0.32.0", torch="2.9.0"),
+}
+A, B = "pinned-0.7.3, 2 x 3090", "lts-580, 4 x 4090"
+PEERS = {"a1": A, "a2": A, "b1": B, "b2": B}
+
+
+def test_groups_asked_to_differ_are_not_drift_to_each_other():
+    report = fleet_drift.compare(MIXED, peers=PEERS)
+    assert report["drift"] == []
+    assert report["peers"][B] == {
+        "hosts": ["b1", "b2"],
+        "majority": fleet_drift.compare({"b1": MIXED["b1"], "b2": MIXED["b2"]})["majority"],
+    }
+    assert report["majority"] == {}  # two groups: no fleet-wide majority
+    assert f"Each box is compared with its peers' majority ({A}: a1, a2; {B}: b1, b2)." in fleet_drift.markdown(report)
+
+
+def test_control_without_peer_groups_the_same_fleet_has_no_majority_and_a_third_box_drifts():
+    # Control: the same rows compared fleet-wide. Two against two is no majority; a third 3090 box makes one, and
+    # both 4090 boxes then drift on every value their group was asked to have.
+    assert fleet_drift.compare(MIXED)["drift"] == []
+    three = dict(MIXED, a3=box())
+    drifted = {line.split(" is ")[0] for line in fleet_drift.compare(three)["drift"]}  # "box: field"
+    assert {"b1: p2p", "b1: driver", "b2: vllm", "b2: kv_tokens_planned"} <= drifted
+    assert fleet_drift.compare(three, peers=dict(PEERS, a3=PEERS["a1"]))["drift"] == []
+
+
+def test_a_box_off_its_peers_majority_still_drifts():
+    rows = dict(MIXED, b3=dict(MIXED["b1"], torch="2.8.0"))
+    report = fleet_drift.compare(rows, peers=dict(PEERS, b3=PEERS["b1"]))
+    assert report["drift"] == ["b3: torch is 2.8.0: majority 2.9.0"]
+
+
+def test_a_box_the_peer_map_does_not_name_is_a_group_of_its_own():
+    report = fleet_drift.compare(dict(MIXED, c1=box(kernel="6.1.0-99-amd64")), peers=PEERS)
+    assert report["drift"] == [] and report["peers"]["c1"] == {"hosts": ["c1"], "majority": {}}
+
+
+def test_peers_must_be_a_mapping():
+    with pytest.raises(TypeError, match="peers must map"):
+        fleet_drift.compare(MIXED, peers=["a1"])
