@@ -12,7 +12,7 @@ export PY_COLORS := 0
 # run_scenarios.py starts them in this order, JOBS at a time: the two longest first (serving: one CPU-engine
 # box through a crash-struck first converge, its tests and day two; fleet: three CPU-engine boxes behind a
 # cache and a gateway), then the scenarios without a CPU engine fill the lane that frees first.
-SCENARIOS ?= serving fleet day2_driver fleet_cache topology_4x4090 refusals python_env_conda host_ubuntu
+SCENARIOS ?= serving fleet day2_driver topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
 .PHONY: help venv lock lint unit integration vllm073 vllm032 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
@@ -161,7 +161,7 @@ lock-models: venv
 # constraints file with the sha256 of each file PyPI's simple index lists for it. Refresh on purpose.
 LOCKED_PINS := roles/python_env/files/constraints-vllm-0.7.3.txt:roles/python_env/files/constraints-vllm-0.7.3.hashes.txt \
   roles/python_env/files/constraints-vllm-0.32.0.txt:roles/python_env/files/constraints-vllm-0.32.0.hashes.txt \
-  molecule/fleet_cache/constraints.txt:molecule/fleet_cache/constraints.hashes.txt
+  harness/engine_standin/constraints.txt:harness/engine_standin/constraints.hashes.txt
 lock-wheels: venv
 	for pair in $(LOCKED_PINS); do $(PY) tools/lock_wheels.py "$${pair%%:*}" --out "$${pair#*:}"; done
 

@@ -7,7 +7,7 @@ error per case, the KV error per class (dense bf16/fp16, quantized, failures) wi
 and the median over all cases, and each case's verdict (starts / does not start / refused), then the same
 medians with each modelled term (sampler live set, rotary cache) left out in turn, then time plan()
 itself. It also scores every gpubox systemd unit with `systemd-analyze security` (tools/unit_security.py),
-and reports the LAN cache's upstream bytes for N boxes / for 1 box from molecule/fleet_cache's results file,
+the fleet's figures (molecule/fleet: the LAN cache's upstream bytes per wave of boxes, the rolls under load),
 and the wall time of each molecule scenario and of each of its phases in the run of record of `make test`
 (bench/scenario-times.json, a copy of the times.json tools/run_scenarios.py writes; --record-times copies it),
 and the harness's figures measured by hand (bench/harness-figures.json, each with its date and commit).
@@ -347,39 +347,6 @@ def unit_exposure_report() -> str:
             raise SystemExit(f"tools/unit_security.py --group {group} failed:\n{proc.stderr}")
         for unit, score in json.loads(proc.stdout).items():
             lines.append(f"| {group} | {unit} | {score:.1f} |")
-    return "\n".join(lines) + "\n"
-
-
-FLEET_CACHE_RESULTS = ROOT / ".cache" / "molecule-logs" / "fleet_cache-results.json"
-
-
-def fleet_cache_report(path: Path = FLEET_CACHE_RESULTS) -> str:
-    """Upstream bytes for N boxes / for 1 box behind the LAN cache (issue 8), from the results file the
-    molecule/fleet_cache scenario writes (the cache's own logs, read after each box). Never estimated."""
-    lines = ["", "## LAN cache: upstream bytes for N boxes / for 1 box", ""]
-    if not path.is_file():
-        lines.append(f"not measured: no {path.relative_to(ROOT)} (run the molecule/fleet_cache scenario).")
-        return "\n".join(lines) + "\n"
-    data = json.loads(path.read_text())
-    boxes = data["boxes"]
-    lines += [
-        "What the cache fetched upstream while each box converged (one box after the other): apt-cacher-ng's",
-        "transfer log (Debian's archive and the test CUDA repo), proxpi's downloads (PyPI wheels; index pages",
-        "not counted) and nginx's $upstream_bytes_received (the test hub). Source: "
-        f"{path.relative_to(ROOT)}, written by molecule/fleet_cache.",
-        "",
-        "| box | apt | PyPI | models | total upstream |",
-        "|---|---|---|---|---|",
-    ]
-    for row in boxes:
-        cells = [int(row[k]) for k in ("apt_upstream_bytes", "pypi_upstream_bytes", "models_upstream_bytes")]
-        lines.append(
-            f"| {row['box']} | " + " | ".join(f"{c:,}" for c in cells) + f" | {int(row['upstream_bytes']):,} |"
-        )
-    one = int(boxes[0]["upstream_bytes"])
-    total = sum(int(row["upstream_bytes"]) for row in boxes)
-    ratio = f"{total / one:.4f}" if one else "n/a (box 1 fetched nothing)"
-    lines += ["", f"Upstream bytes for {len(boxes)} boxes / for 1 box: {total:,} / {one:,} = {ratio} (goal: about 1)."]
     return "\n".join(lines) + "\n"
 
 
@@ -796,7 +763,6 @@ def main(argv: list[str] | None = None) -> int:
         + ablation_report(cases)
         + v1_report(load_cases(CALIBRATION_V1_DIR))
         + unit_exposure_report()
-        + fleet_cache_report()
         + fleet_bench_report()
         + proxy_load_report()
         + guidellm_load_report()

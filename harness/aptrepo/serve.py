@@ -23,7 +23,7 @@ class QuietHandler(http.server.SimpleHTTPRequestHandler):
     """Static files from the repo root; only failed requests are logged.
 
     HTTP/1.1 with keep-alive, as NVIDIA's CDN speaks: a caching proxy in front (apt-cacher-ng in
-    molecule/fleet_cache) pipelines several requests on one connection, which an HTTP/1.0 server
+    molecule/fleet) pipelines several requests on one connection, which an HTTP/1.0 server
     closes after the first answer (seen: apt-cacher-ng's 503 "Connection closed, check DlMaxRetries").
     """
 

@@ -82,30 +82,8 @@ def test_nothing_is_derived_from_a_refused_url() -> None:
 def test_bench_says_not_measured_without_the_scenarios_results(tmp_path) -> None:
     from bench import report as bench
 
-    text = bench.fleet_cache_report(bench.ROOT / ".cache" / "no-such-results.json")
-    assert "not measured" in text and "/ for 1 box:" not in text
-
-
-def test_bench_reports_the_measured_ratio(tmp_path) -> None:
-    import json
-
-    from bench import report as bench
-
-    path = bench.ROOT / ".cache" / "test-fleet-cache-results.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    rows = [
-        {"box": "b1", "apt_upstream_bytes": "100", "pypi_upstream_bytes": "50", "models_upstream_bytes": "50",
-         "upstream_bytes": "200"},
-        {"box": "b2", "apt_upstream_bytes": "2", "pypi_upstream_bytes": "0", "models_upstream_bytes": "0",
-         "upstream_bytes": "2"},
-    ]  # fmt: skip
-    path.write_text(json.dumps({"boxes": rows}))
-    try:
-        text = bench.fleet_cache_report(path)
-    finally:
-        path.unlink()
-    assert "| b2 | 2 | 0 | 0 | 2 |" in text
-    assert "Upstream bytes for 2 boxes / for 1 box: 202 / 200 = 1.0100" in text
+    text = bench.fleet_bench_report(tmp_path)
+    assert "No fleet run recorded here" in text and "3 boxes / 1 box" not in text
 
 
 def test_bench_reports_the_fleet_waves_from_the_scenarios_record(tmp_path) -> None:

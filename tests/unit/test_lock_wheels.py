@@ -15,14 +15,17 @@ lw = importlib.util.module_from_spec(spec)
 sys.modules["lock_wheels"] = lw
 spec.loader.exec_module(lw)
 
-# (constraints, lock) pairs that python_env installs with --require-hashes
-LOCKS = [
-    (
-        ROOT / "roles/python_env/files/constraints-vllm-0.7.3.txt",
-        ROOT / "roles/python_env/files/constraints-vllm-0.7.3.hashes.txt",
-    ),
-    (ROOT / "molecule/fleet_cache/constraints.txt", ROOT / "molecule/fleet_cache/constraints.hashes.txt"),
-]
+
+
+def _locked_pins() -> list[tuple[Path, Path]]:
+    """The (constraints, lock) pairs python_env installs with --require-hashes: the Makefile's LOCKED_PINS,
+    which `make lock-wheels` refreshes."""
+    text = (ROOT / "Makefile").read_text().replace("\\\n", " ")
+    line = next(line for line in text.splitlines() if line.startswith("LOCKED_PINS :="))
+    return [tuple(ROOT / part for part in pair.split(":")) for pair in line.split(":=", 1)[1].split()]
+
+
+LOCKS = _locked_pins()
 
 H1, H2, H3 = "1" * 64, "2" * 64, "3" * 64
 PAGE = f"""<!DOCTYPE html><html><body>

@@ -1,5 +1,8 @@
-"""Verify the LAN cache of molecule/fleet_cache: what it saved upstream, and that nothing it serves is
-trusted by the boxes. Every request and check runs inside the containers (podman exec)."""
+"""Verify the fleet's LAN cache (molecule/fleet, run after its converge and before its side effect): what it
+saved upstream, that a second run of site.yml on the cache and a box changes nothing, and that nothing it
+serves is trusted by the boxes. Every request and check runs inside the containers (podman exec). Each
+test leaves the cache as it found it (hub faults cleared, a changed stored wheel put back): the side
+effect's rolls build environments through it next."""
 
 from __future__ import annotations
 
@@ -13,17 +16,22 @@ import pytest
 
 from harness.ansible_vars import scenario_playbook
 
-CACHE, BOX1, BOX2 = "gpubox-m-fcache-cache", "gpubox-m-fcache-box1", "gpubox-m-fcache-box2"
-CACHE_URL = "http://10.231.94.10"
+CACHE = "gpubox-m-fleet-gw"
+BOX1, BOX2, BOX3 = "gpubox-m-fleet-box1", "gpubox-m-fleet-box2", "gpubox-m-fleet-box3"
+CACHE_IP = "10.231.93.5"
+CACHE_URL = f"http://{CACHE_IP}"
+BOX_IPS = {BOX1: "10.231.93.11", BOX2: "10.231.93.12", BOX3: "10.231.93.13"}
 MODEL = "gpubox-test/tiny-qwen2"
 PROJECT = Path(os.environ.get("MOLECULE_PROJECT_DIRECTORY", Path(__file__).resolve().parents[3]))
 EPHEMERAL = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent"))
-RESULTS = PROJECT / ".cache/molecule-logs/fleet_cache-results.json"
+RESULTS = PROJECT / ".cache/molecule-logs/fleet.converge.json"  # converge.yml: per wave of boxes
 FAULTS = "/etc/gpubox-sim/hub-faults.json"
 HUB_LOG = "/var/log/gpubox-sim-hub.jsonl"
 TINY_WEIGHTS = 2628800  # model.safetensors of the tiny model (host_vars: weights_bytes)
-# Box 2 may cost the cache some revalidation of apt's index files; "about nothing" is this bound.
-BOX2_BOUND = 2 * 1024 * 1024
+# A box after the first may cost the cache some revalidation of apt's index files; "about nothing" is this
+# bound per box.
+LATER_BOX_BOUND = 2 * 1024 * 1024
+LOCK = PROJECT / "harness/engine_standin/constraints.hashes.txt"  # the fleet boxes' hash lock
 
 
 def sh(container: str, script: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess:
@@ -57,33 +65,66 @@ def commit(name: str) -> str:
     return (EPHEMERAL / name).read_text().strip()
 
 
+@pytest.fixture(autouse=True)
+def no_hub_faults():
+    """Every test starts and ends with the test hub serving faithfully."""
+    set_faults({})
+    yield
+    set_faults({})
+
+
 @pytest.fixture(scope="module")
-def results() -> dict:
-    assert RESULTS.is_file(), f"{RESULTS} missing: the first converge writes it"
-    return json.loads(RESULTS.read_text())
+def waves() -> list[dict]:
+    assert RESULTS.is_file(), f"{RESULTS} missing: the converge writes it"
+    return json.loads(RESULTS.read_text())["waves"]
 
 
-def test_box1_fetched_through_the_cache_from_every_source(results) -> None:
-    box1 = results["boxes"][0]
-    assert int(box1["apt_upstream_bytes"]) > 10 * 1024 * 1024, box1  # the driver and CUDA packages
-    assert int(box1["pypi_upstream_bytes"]) > 5 * 1024 * 1024, box1  # numpy alone is ~16 MB
-    assert int(box1["models_upstream_bytes"]) >= TINY_WEIGHTS, box1
+def test_the_first_box_fetched_through_the_cache_from_every_source(waves) -> None:
+    first = waves[0]
+    assert first["boxes"] == [BOX1], first
+    assert int(first["apt_upstream_bytes"]) > 10 * 1024 * 1024, first  # the driver and CUDA packages
+    assert int(first["pypi_upstream_bytes"]) > 5 * 1024 * 1024, first  # cryptography and modelscope
+    assert int(first["models_upstream_bytes"]) >= TINY_WEIGHTS, first
 
 
-def test_box2_added_about_nothing_upstream_yet_got_everything_from_the_cache(results) -> None:
-    box1, box2 = results["boxes"][0], results["boxes"][1]
-    print(f"\n[fleet_cache] upstream bytes: box1={box1['upstream_bytes']} box2={box2['upstream_bytes']}")
-    assert int(box2["upstream_bytes"]) <= BOX2_BOUND, box2
-    assert int(box2["pypi_upstream_files"]) == 0, box2
-    # Box 2 really downloaded (through the cache): about as many bytes as box 1 was sent.
-    assert int(box2["apt_sent_bytes"]) >= 0.9 * int(box1["apt_sent_bytes"]) > 0, (box1, box2)
-    assert int(box2["models_sent_bytes"]) >= TINY_WEIGHTS, box2
+def test_later_boxes_added_about_nothing_upstream_yet_got_everything_from_the_cache(waves) -> None:
+    first, later = waves[0], waves[1]
+    n = len(later["boxes"])
+    print(f"\n[fleet cache] upstream bytes: {first['boxes']}={first['upstream_bytes']} {later['boxes']}={later['upstream_bytes']}")
+    assert n == 2, later
+    assert int(later["upstream_bytes"]) <= n * LATER_BOX_BOUND, later
+    assert int(later["pypi_upstream_files"]) == 0, later
+    # The later boxes really downloaded (through the cache): about as many bytes each as the first was sent.
+    assert int(later["apt_sent_bytes"]) >= n * 0.9 * int(first["apt_sent_bytes"]) > 0, (first, later)
+    assert int(later["models_sent_bytes"]) >= n * TINY_WEIGHTS, later
 
 
-@pytest.mark.parametrize("box", [BOX1, BOX2])
+def recap(output: str) -> dict[str, dict[str, int]]:
+    """PLAY RECAP of an ansible-playbook run: per host, its counters."""
+    hosts = {}
+    for line in output.split("PLAY RECAP", 1)[-1].splitlines():
+        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
+        if m:
+            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
+    return hosts
+
+
+def test_a_second_run_of_site_yml_on_the_cache_and_a_box_changes_nothing() -> None:
+    """Idempotence of the cache host (roles/fleet_cache) and of a box that converged through it (the
+    cache's apt proxy, the packages, the environment by hash lock, the model from the cache)."""
+    run = scenario_playbook(PROJECT / "site.yml", limit=f"{CACHE},{BOX2}")
+    assert run.returncode == 0, run.stdout[-4000:]
+    stats = recap(run.stdout)
+    assert set(stats) >= {CACHE, BOX2}, run.stdout[-3000:]
+    changed = {host: counts["changed"] for host, counts in stats.items() if counts.get("changed")}
+    said = "\n".join(line for line in run.stdout.splitlines() if line.startswith("changed:"))
+    assert changed == {}, f"{changed}\n{said}"
+
+
+@pytest.mark.parametrize("box", [BOX1, BOX2, BOX3])
 def test_boxes_point_at_the_cache_and_verified_what_they_got(box: str) -> None:
     conf = sh(box, "cat /etc/apt/apt.conf.d/01gpubox-fleet-cache").stdout
-    assert 'Acquire::http::Proxy "http://10.231.94.10:3142/";' in conf
+    assert f'Acquire::http::Proxy "http://{CACHE_IP}:3142/";' in conf
     assert "trusted=yes" not in sh(box, "cat /etc/apt/sources.list.d/* /etc/apt/sources.list 2>/dev/null; true").stdout
     fact = json.loads(sh(box, "cat /etc/ansible/facts.d/gpubox_model.fact").stdout)
     assert fact["endpoint"] == CACHE_URL and fact["commit"] == commit("hub-commit")
@@ -113,20 +154,25 @@ def test_a_redirected_file_is_cached_under_the_request_not_the_presigned_url() -
 
 def test_a_tampered_wheel_from_the_cache_is_refused() -> None:
     """pip checks each file against the sha256 the index page names: a cache whose stored wheel was
-    changed cannot slip it into a box."""
+    changed cannot slip it into a box. The stored wheel is put back afterwards."""
     get = (
         "rm -rf /tmp/fc-dl && /opt/gpubox/venv/bin/python -m pip download --no-deps --no-cache-dir "
         "--disable-pip-version-check "
-        f"--index-url {CACHE_URL}/index/ --trusted-host 10.231.94.10 -d /tmp/fc-dl idna==3.20 2>&1"
+        f"--index-url {CACHE_URL}/index/ --trusted-host {CACHE_IP} -d /tmp/fc-dl idna==3.20 2>&1"
     )
     assert sh(BOX2, get, check=False).returncode == 0  # control: the untouched cache serves it
     wheel = sh(CACHE, "find /var/cache/gpubox-pypi-cache -name 'idna-3.20-*.whl' | head -1").stdout.strip()
     assert wheel, "the box's environment fetched idna 3.20 through the cache"
     flip = "import sys; p = sys.argv[1]; b = bytearray(open(p, 'rb').read())"
     flip += "; b[len(b) // 2] ^= 255; open(p, 'wb').write(b)"
-    sh(CACHE, f'python3 -c "{flip}" {wheel}')
-    refused = sh(BOX2, get, check=False)
+    sh(CACHE, f"cp -p {wheel} {wheel}.kept")
+    try:
+        sh(CACHE, f'python3 -c "{flip}" {wheel}')
+        refused = sh(BOX2, get, check=False)
+    finally:
+        sh(CACHE, f"mv -f {wheel}.kept {wheel}")
     assert refused.returncode != 0 and "HASH" in refused.stdout.upper(), refused.stdout
+    assert sh(BOX2, get, check=False).returncode == 0  # the wheel put back is served again
 
 
 HOSTILE_INDEX = r"""
@@ -150,13 +196,13 @@ def test_a_wheel_whose_hash_the_lock_does_not_name_is_refused_whatever_the_index
     pins = "/opt/gpubox/venv/gpubox"
     assert sh(BOX2, f"test -s {pins}/hashes.txt && grep -c -- '--hash=sha256:' {pins}/hashes.txt").returncode == 0
     # idna's entry of the lock the box installed from (the checked-in file), as a one-pin requirements file
-    lock = (PROJECT / "molecule/fleet_cache/constraints.hashes.txt").read_text()
+    lock = LOCK.read_text()
     entry = re.search(r"^idna==3\.20 \\\n(?:    --hash=sha256:[0-9a-f]{64}(?: \\)?\n)+", lock, re.M)
-    assert entry, "idna 3.20 is in the fleet_cache box's hash lock"
+    assert entry, f"idna 3.20 is in the fleet boxes' hash lock {LOCK}"
     assert sh(BOX2, f"cat {pins}/hashes.txt").stdout == lock, "the box installed from the checked-in lock"
     sh(BOX2, "cat > /tmp/fc-idna.txt", stdin=entry.group(0))
-    # The hostile index serves a changed copy of the wheel the cache stored (another test may already have
-    # changed that one in place: the copy here changes other bytes, so it is never PyPI's file).
+    # The hostile index serves a changed copy of the wheel the cache stored (the copy changes other bytes than
+    # the test above, so it is never PyPI's file).
     stored = sh(CACHE, "find /var/cache/gpubox-pypi-cache -name 'idna-3.20-*.whl' | head -1").stdout.strip()
     assert stored, "the cache stored idna 3.20 when the box's environment was built"
     wheel = f"/tmp/{Path(stored).name}"
@@ -243,9 +289,9 @@ def test_a_corrupt_model_file_from_the_cache_is_refused_and_the_live_model_stays
 # One HTTP request from a chosen source address (a proxy request when the path is a URL, as apt sends it).
 ASK_FROM = r"""
 import http.client, json, sys
-source, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+source, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]  # argv[4]: the cache's address
 try:
-    conn = http.client.HTTPConnection("10.231.94.10", port, timeout=30, source_address=(source, 0))
+    conn = http.client.HTTPConnection(sys.argv[4], port, timeout=30, source_address=(source, 0))
     conn.request("GET", path, headers={"Accept": "text/html"})  # the PyPI index negotiates (PEP 691)
     resp = conn.getresponse()
     body = resp.read()
@@ -257,32 +303,34 @@ ASKED = [
     (80, "/_fleet_cache/health"),
     (80, f"/api/v1/models/{MODEL}/repo/files?Revision=master"),
     (80, "/index/idna/"),
-    (3142, "http://10.231.94.10:8089/InRelease"),  # apt-cacher-ng, as apt asks a proxy
+    (3142, f"http://{CACHE_IP}:8089/InRelease"),  # apt-cacher-ng, as apt asks a proxy
 ]
 
 
 def ask_from(container: str, source: str, port: int, path: str) -> dict:
-    return json.loads(sh(container, f"python3 - {source} {port} '{path}'", stdin=ASK_FROM).stdout)
+    return json.loads(sh(container, f"python3 - {source} {port} '{path}' {CACHE_IP}", stdin=ASK_FROM).stdout)
 
 
 @pytest.mark.parametrize(("port", "path"), ASKED)
 def test_a_host_outside_the_allowed_networks_gets_nothing_on_any_port(port: int, path: str) -> None:
     """The default admits the boxes of gpu_boxes only: the cache host's own network address is not one."""
     seen = sh(CACHE, f"wc -l < {HUB_LOG} 2>/dev/null || echo 0").stdout.strip()
-    outside = ask_from(CACHE, "10.231.94.10", port, path)
+    outside = ask_from(CACHE, CACHE_IP, port, path)
     assert outside["status"] in (None, 403) and (outside["status"] == 403 or outside["size"] == 0), outside
     if port == 80:
         assert outside["status"] == 403, outside  # nginx says why (gpu_boxes, fleet_cache_allowed_networks)
         assert sh(CACHE, f"wc -l < {HUB_LOG} 2>/dev/null || echo 0").stdout.strip() == seen  # nothing went upstream
-    inside = ask_from(BOX1, "10.231.94.11", port, path)  # control: a box on the list gets an answer
+    inside = ask_from(BOX1, BOX_IPS[BOX1], port, path)  # control: a box on the list gets an answer
     assert inside["status"] == 200 and inside["size"] > 0, inside
 
 
 def test_the_default_admits_exactly_the_boxes_by_the_addresses_their_facts_report() -> None:
     """The boxes' ansible_host is 127.0.0.1 (sshd published on loopback): the role read their default IPv4
-    (molecule.yml: 10.231.94.11, .12) and admits those and loopback, on nginx and on apt-cacher-ng, nothing else."""
+    (molecule.yml: 10.231.93.11 to .13) and admits those and loopback, on nginx and on apt-cacher-ng, nothing else
+    (not the cache+gateway host's own address, nor the podman host's)."""
     conf = sh(CACHE, "cat /etc/nginx/conf.d/gpubox-fleet-cache.conf").stdout
     allowed = sorted(w[1].rstrip(";") for w in (line.split() for line in conf.splitlines()) if w[:1] == ["allow"])
-    assert allowed == sorted(["127.0.0.1", "::1", "10.231.94.11/32", "10.231.94.12/32"]), allowed
+    boxes = [f"{ip}/32" for ip in BOX_IPS.values()]
+    assert allowed == sorted(["127.0.0.1", "::1", *boxes]), allowed
     wrap = sh(CACHE, "grep '^apt-cacher-ng:' /etc/hosts.allow").stdout.strip()
-    assert wrap == "apt-cacher-ng: 127.0.0.1 [::1] 10.231.94.11/32 10.231.94.12/32", wrap
+    assert wrap == "apt-cacher-ng: 127.0.0.1 [::1] " + " ".join(boxes), wrap
