@@ -16,7 +16,6 @@ sys.modules["lock_wheels"] = lw
 spec.loader.exec_module(lw)
 
 
-
 def _locked_pins() -> list[tuple[Path, Path]]:
     """The (constraints, lock) pairs python_env installs with --require-hashes: the Makefile's LOCKED_PINS,
     which `make lock-wheels` refreshes."""

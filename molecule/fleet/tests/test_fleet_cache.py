@@ -90,7 +90,7 @@ def test_the_first_box_fetched_through_the_cache_from_every_source(waves) -> Non
 def test_later_boxes_added_about_nothing_upstream_yet_got_everything_from_the_cache(waves) -> None:
     first, later = waves[0], waves[1]
     n = len(later["boxes"])
-    print(f"\n[fleet cache] upstream bytes: {first['boxes']}={first['upstream_bytes']} {later['boxes']}={later['upstream_bytes']}")
+    print(f"\n[fleet cache] upstream bytes: {first['upstream_bytes']} (box1), {later['upstream_bytes']} (box2, box3)")
     assert n == 2, later
     assert int(later["upstream_bytes"]) <= n * LATER_BOX_BOUND, later
     assert int(later["pypi_upstream_files"]) == 0, later
