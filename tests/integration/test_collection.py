@@ -302,6 +302,8 @@ ROLES_PLAY = """\
   ansible.builtin.import_playbook: gpubox.gpubox.host
 - name: Serving stage of the installed collection
   ansible.builtin.import_playbook: gpubox.gpubox.serving
+- name: LAN cache pins stage of the installed collection
+  ansible.builtin.import_playbook: gpubox.gpubox.fleet_cache_pins
 - name: Report stage of the installed collection
   ansible.builtin.import_playbook: gpubox.gpubox.report
 """

@@ -14,7 +14,7 @@ from pathlib import Path
 import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
-STAGES = ["preflight.yml", "fleet_cache.yml", "host.yml", "serving.yml", "report.yml"]
+STAGES = ["preflight.yml", "fleet_cache.yml", "host.yml", "serving.yml", "fleet_cache_pins.yml", "report.yml"]
 
 
 def _load(path: Path) -> list[dict]:
