@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -111,6 +112,21 @@ def run_module(module: str, args: str, cwd: Path, check: bool = False, env: dict
     argv = [str(tool("ansible")), "localhost", "-c", "local", "-m", module, "-a", args, *(["--check"] if check else [])]
     proc = subprocess.run(argv, env=run_env, cwd=cwd, capture_output=True, text=True)
     return json.loads(proc.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+
+
+_RECAP_LINE = re.compile(r"^(?P<host>\S+)\s*:\s*(?P<counts>ok=\d+.*)$", re.M)
+
+
+def play_recap(output: str) -> dict[str, dict[str, int]]:
+    """The last PLAY RECAP in an ansible-playbook run's output: per host, its counters (ok, changed,
+    unreachable, failed, skipped, rescued, ignored). Empty when the output has none (the run died first)."""
+    if "PLAY RECAP" not in output:
+        return {}
+    block = output.rsplit("PLAY RECAP", 1)[1]
+    return {
+        m["host"]: {name: int(n) for name, n in re.findall(r"(\w+)=(\d+)", m["counts"])}
+        for m in _RECAP_LINE.finditer(block)
+    }
 
 
 def scenario_playbook(playbook: str | Path, *extra: str, callback: str | None = None, limit: str | None = None) -> Any:

@@ -27,11 +27,12 @@ import argparse
 import configparser
 import json
 import os
-import re
 import subprocess
 import sys
 import time
 from pathlib import Path
+
+from harness.ansible_vars import play_recap
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -115,10 +116,7 @@ def playbook(inventory: str, host: str, book: Path, *extra: str) -> dict:
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     seconds = round(time.monotonic() - started)
     out = proc.stdout + proc.stderr
-    recap = re.search(
-        rf"^{re.escape(host)}\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", out, re.M
-    )
-    counts = dict(zip(("ok", "changed", "unreachable", "failed"), map(int, recap.groups()))) if recap else None
+    counts = play_recap(out).get(host)
     print(f"day2: {' '.join(cmd[5:]) or book.name}: rc={proc.returncode} {counts} ({seconds} s)", flush=True)
     return {"cmd": cmd, "rc": proc.returncode, "recap": counts, "seconds": seconds, "output_tail": out[-6000:]}
 

@@ -27,13 +27,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import socket
 import subprocess
 import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from harness.ansible_vars import play_recap
 
 HERE = Path(__file__).resolve().parent
 BOX_DIR = "/usr/local/libexec/gpubox-crash"
@@ -227,9 +228,8 @@ def run_playbook(args: argparse.Namespace, log: Path, extra: list[str] | None = 
 
 
 def recap(log: Path) -> dict[str, int]:
-    text = log.read_text(errors="replace")
-    m = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.rsplit("PLAY RECAP", 1)[-1])
-    return dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()))) if m else {}
+    """The counters of the run's one host (its log's last PLAY RECAP); empty when it printed none."""
+    return next(iter(play_recap(log.read_text(errors="replace")).values()), {})
 
 
 def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) -> Result:

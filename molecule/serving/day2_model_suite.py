@@ -41,6 +41,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness.ansible_vars import play_recap
+
 HERE = Path(__file__).resolve().parent
 HUB = HERE.parent.parent / "harness" / "hub"
 HUB_DIR = "/srv/gpubox-sim/hub"
@@ -140,8 +142,7 @@ class Suite:
             with log.open("w") as fh:
                 rc = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, timeout=RUN_TIMEOUT).returncode
         text = log.read_text(errors="replace")
-        m = re.search(r"ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)", text.rsplit("PLAY RECAP", 1)[-1])
-        recap = dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()))) if m else {}
+        recap = next(iter(play_recap(text).values()), {})  # the run's one host
         self.note(f"{label}: `{' '.join([playbook, *extra])}` rc={rc} {recap} ({time.monotonic() - started:.0f} s)")
         return rc, recap, text
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from harness.ansible_vars import scenario_playbook
+from harness.ansible_vars import play_recap, scenario_playbook
 
 CACHE = "gpubox-m-fleet-gw"
 BOX1, BOX2, BOX3 = "gpubox-m-fleet-box1", "gpubox-m-fleet-box2", "gpubox-m-fleet-box3"
@@ -99,22 +99,12 @@ def test_later_boxes_added_about_nothing_upstream_yet_got_everything_from_the_ca
     assert int(later["models_sent_bytes"]) >= n * TINY_WEIGHTS, later
 
 
-def recap(output: str) -> dict[str, dict[str, int]]:
-    """PLAY RECAP of an ansible-playbook run: per host, its counters."""
-    hosts = {}
-    for line in output.split("PLAY RECAP", 1)[-1].splitlines():
-        m = re.match(r"^(\S+)\s+:\s+(.*)$", line.strip())
-        if m:
-            hosts[m.group(1)] = {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m.group(2))}
-    return hosts
-
-
 def test_a_second_run_of_site_yml_on_the_cache_and_a_box_changes_nothing() -> None:
     """Idempotence of the cache host (roles/fleet_cache) and of a box that converged through it (the
     cache's apt proxy, the packages, the environment by hash lock, the model from the cache)."""
     run = scenario_playbook(PROJECT / "site.yml", limit=f"{CACHE},{BOX2}")
     assert run.returncode == 0, run.stdout[-4000:]
-    stats = recap(run.stdout)
+    stats = play_recap(run.stdout)
     assert set(stats) >= {CACHE, BOX2}, run.stdout[-3000:]
     changed = {host: counts["changed"] for host, counts in stats.items() if counts.get("changed")}
     said = "\n".join(line for line in run.stdout.splitlines() if line.startswith("changed:"))
