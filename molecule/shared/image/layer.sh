@@ -15,18 +15,19 @@ NAME=${GPUBOX_BOX_IMAGE_NAME:-localhost/gpubox-box}
 TAG=$( { echo "$base"; cat "$0" "$here/zipimport_cache.py"; } | sha256sum | cut -c1-12)
 if ! podman image exists "$NAME:$TAG"; then
   ctr=$(podman create "$base" /bin/true)
-  trap 'podman rm -f "$ctr" >/dev/null' EXIT
+  scratch=$(mktemp -d)
+  trap 'podman rm -f "$ctr" >/dev/null; rm -rf "$scratch"' EXIT
+  # put DEST LINE...: a root-owned 0644 file of these lines at DEST in the layer
+  put() {
+    local dest=$1; shift
+    printf '%s\n' "$@" > "$scratch/file" && chmod 644 "$scratch/file"
+    podman cp "$scratch/file" "$ctr:$dest"
+  }
   site=/usr/lib/python3/dist-packages
   podman cp "$here/zipimport_cache.py" "$ctr:$site/gpubox_zipimport_cache.py"
-  pth=$(mktemp)
-  printf 'import gpubox_zipimport_cache\n' > "$pth" && chmod 644 "$pth"
-  podman cp "$pth" "$ctr:$site/gpubox-zipimport-cache.pth"
-  rm -f "$pth"
-  conf=$(mktemp)
-  printf '%s\n' '# TEST HARNESS ONLY (molecule/shared/image/layer.sh): a container never boots its initramfs.' \
-    'MODULES=list' > "$conf" && chmod 644 "$conf"
-  podman cp "$conf" "$ctr:/etc/initramfs-tools/conf.d/gpubox-test-box"
-  rm -f "$conf"
+  put "$site/gpubox-zipimport-cache.pth" 'import gpubox_zipimport_cache'
+  put /etc/initramfs-tools/conf.d/gpubox-test-box \
+    '# TEST HARNESS ONLY (molecule/shared/image/layer.sh): a container never boots its initramfs.' 'MODULES=list'
   podman commit -q --change 'CMD ["/sbin/init"]' "$ctr" "$NAME:$TAG" >/dev/null
 fi
 podman tag "$NAME:$TAG" "$NAME:latest"
