@@ -594,18 +594,9 @@ KNOB_FLAGS: tuple[Flag, ...] = (
 
 # Flags of vLLM 0.7.3 that a stack's release no longer has (each checked in that release's own parser: tests/vllm032),
 # and what to do instead: gpubox_vllm_extra_args refuses them by name on that stack, before any change.
+# Flags a stack's vLLM release no longer has, each with what to do instead: the release's record (vllm_words).
 REMOVED_FLAGS: dict[str, dict[str, str]] = {
-    "lts-580": {
-        "--disable-log-requests": "vLLM 0.32.0 logs no request unless --enable-log-requests; gpubox renders that from "
-        "vllm_service_disable_log_requests (false: log them)",
-        "--num-scheduler-steps": "multi-step scheduling went with the V0 engine; remove it",
-        "--use-v2-block-manager": "the V1 engine has one block manager; remove it",
-        "--guided-decoding-backend": "vLLM 0.32.0 names the backend in --structured-outputs-config "
-        '\'{"backend": "xgrammar"}\' (auto, xgrammar, guidance, outlines, lm-format-enforcer; auto is its default)',
-        "--speculative-model": "vLLM 0.32.0 takes a draft model in --speculative-config, which the planner does not "
-        "model either",
-        "--swap-space": "the V1 engine has no CPU swap space; remove it",
-    },
+    name: dict(stack.words.removed_flags) for name, stack in stacks.STACKS.items() if stack.words.removed_flags
 }
 
 

@@ -11,7 +11,10 @@ python_env its Python and pin files, and every role its environment's prefix (th
 
 ``pinned-0.7.3`` is the design card's stack and the default: every value is what the roles carried before
 stacks existed (tests/unit/test_stacks.py renders both and compares). ``lts-580`` is the supported one.
-Imports nothing of the collection (a leaf, like vllm_words), so state_checks and the schema can import it.
+A stack's vLLM words (flags it removed, quantization methods, dtypes, KV dtypes, the engine and the model families
+the planner models on it) are its release's record, ``Stack.words`` (vllm_words.RELEASES): a third stack is one row
+here, one Release there and its pin files. Imports only vllm_words (a leaf), so state_checks and the schema can
+import it.
 """
 
 from __future__ import annotations
@@ -21,6 +24,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import vllm_words
 
 DEFAULT = "pinned-0.7.3"
 ENGINES = ("v0", "v1")
@@ -86,7 +91,6 @@ class Stack:
     requirements: str
     constraints: str
     advisories: str
-    engine: str
     env_prefix: str
     support: tuple[SupportEnd, ...] = field(default_factory=tuple)
 
@@ -97,6 +101,15 @@ class Stack:
     @property
     def python(self) -> str:
         return self.pythons[0]
+
+    @property
+    def words(self) -> vllm_words.Release:
+        """The stack's vLLM release record: its vocabulary, engine and the families the planner models on it."""
+        return vllm_words.RELEASES[self.vllm]
+
+    @property
+    def engine(self) -> str:
+        return self.words.engine
 
 
 _NVIDIA_SUPPORT = "NVIDIA's 'Supported Drivers and CUDA Toolkit Versions' table (docs.nvidia.com/datacenter/tesla)"
@@ -122,7 +135,6 @@ STACKS: dict[str, Stack] = {
             requirements="requirements-vllm-0.7.3.txt",
             constraints="constraints-vllm-0.7.3.txt",
             advisories="advisories.yml",
-            engine="v0",
             # The one prefix every box had before stacks existed (the pinned stack renders as before).
             env_prefix="/opt/gpubox/venv",
             support=(
@@ -155,7 +167,6 @@ STACKS: dict[str, Stack] = {
             requirements="requirements-vllm-0.32.0.txt",
             constraints="constraints-vllm-0.32.0.txt",
             advisories="advisories-vllm-0.32.0.yml",
-            engine="v1",
             env_prefix="/opt/gpubox/venv-lts-580",
             support=(
                 SupportEnd("NVIDIA driver R580 (LTSB)", "2028-06", _NVIDIA_SUPPORT),
@@ -219,6 +230,11 @@ def _release(version: str) -> tuple[int, ...]:
 def serving(minimum_vllm: str) -> list[str]:
     """The stacks whose vLLM is ``minimum_vllm`` or newer (a model that needs it runs on these)."""
     return [name for name, stack in STACKS.items() if _release(stack.vllm) >= _release(minimum_vllm)]
+
+
+def serving_family(family: str) -> list[str]:
+    """The stacks whose vLLM release the planner models ``family`` on (vllm_words.Release.families)."""
+    return [name for name, stack in STACKS.items() if family in stack.words.families]
 
 
 def driver_version(stack: Stack, distribution: str) -> str:

