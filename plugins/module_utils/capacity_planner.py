@@ -82,18 +82,26 @@ models over-count a little).
 vLLM's V1 engine (``engine="v1"``, the lts stack's vLLM) budgets memory differently; its terms, constants and
 calibration live in capacity_v1.py.
 
-Attention the planner does not model (``attention``: ``mla`` for DeepSeek-V2/V3/R1's latent attention,
-``sliding_window``, ``mixed`` for interleaved layouts such as Gemma-2) is refused: the KV bytes per token
-formula above holds only for full multi-head/grouped-query attention.
+Model families: a model's layers come from its published config.json (``config_json``, read by
+capacity_layout): mixture-of-experts, sliding-window/interleaved and hybrid (linear-attention/Mamba) layers are
+planned on the V1 engine (capacity_v1) and refused by name on a stack whose release the planner does not model
+them for, naming the stacks that serve them (vllm_words.Release.families). Multi-head latent attention is refused.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_v1, model_catalog, value_text, vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    capacity_layout,
+    capacity_v1,
+    model_catalog,
+    stacks,
+    value_text,
+    vllm_words,
+)
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
 
 GIB = 1024**3
@@ -107,15 +115,7 @@ SAMPLER_SMALL_BATCH = range(2, 128)
 BNB_4BIT_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)  # nf4 + uint8 absmax per 64 + fp32 per 256 blocks
 DEQUANTIZING_METHODS = ("bitsandbytes", "gguf")
 PREQUANTIZED_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "gptq_marlin_24", "marlin", "gguf", "aqlm")
-ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
-_UNMODELLED_ATTENTION = {
-    "mla": "multi-head latent attention (DeepSeek-V2/V3/R1) caches one compressed latent per token and layer "
-    "(kv_lora_rank + rope dims), replicated on every GPU, not 2 x kv_heads x head_dim split by tp",
-    "sliding_window": "sliding-window attention keeps only the window's tokens per sequence, and vLLM 0.7.3 "
-    "sizes and checks its cache differently",
-    "mixed": "layers with different attention layouts (e.g. Gemma-2's alternating sliding-window and global "
-    "layers) have different KV sizes per token",
-}
+ATTENTION_KINDS = capacity_layout.ATTENTION_KINDS
 NON_TORCH_BASE_GIB = 0.10
 NON_TORCH_PER_TP_GIB = 0.075
 DEFAULT_RESERVED_MIB = 450
@@ -180,6 +180,7 @@ class ModelFacts:
     weights_bytes: int
     quantization: str | None
     weights_source: str = ""
+    layout: capacity_layout.Layout | None = None  # from config_json; None: every layer full attention, dense MLP
 
 
 @dataclass(frozen=True)
@@ -278,14 +279,12 @@ def _positive_int(value: Any, maximum: int = MAX_CONFIG_INT) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= maximum
 
 
-def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
+def _model_facts(model: dict, errors: list[str], words: vllm_words.Release | None = None) -> ModelFacts | None:
     # The integer facts of a model: config.json's fields plus the weight files' size (model_catalog).
+    words = words or vllm_words.RELEASES[stacks.STACKS[stacks.DEFAULT].vllm]
     named = f"{var('model')} {model['model_id']}" if isinstance(model.get("model_id"), str) else var("model")
-    moe = model_catalog.moe_keys(model)
-    if moe:
-        errors.append(
-            f"{named}: a mixture-of-experts model ({', '.join(moe)} in its config): {model_catalog.MOE_NOT_MODELLED}"
-        )
+    layout = capacity_layout.model_layout(model, named, words, errors)
+    if layout is False:
         return None
     required = tuple(k for k in model_catalog.INVENTORY_REQUIRED if k != "torch_dtype")
     limits = {"weights_bytes": MAX_WEIGHTS_BYTES}
@@ -313,27 +312,13 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
             f"{_shown(raw_dtype)}: {hint}set it to the model's torch_dtype from config.json"
         )
         return None
-    attention = "full" if model.get("attention") is None else model.get("attention")
-    if attention not in ATTENTION_KINDS:
-        errors.append(
-            f"{var('model')}: attention must be one of {', '.join(ATTENTION_KINDS)}, got {_shown(attention)}: "
-            "fix gpubox_model_config (or the catalog entry)"
-        )
-        return None
-    if attention != "full":
-        errors.append(
-            f"{named}: the planner does not model its attention "
-            f"({attention}, from gpubox_model_config or the catalog): {_UNMODELLED_ATTENTION[attention]}; "
-            "it refuses to plan rather than print a wrong KV cache. Serve a model with full attention, "
-            "or size this one from vLLM's own start-up log"
-        )
-        return None
     head_dim = model.get("head_dim") or model["hidden_size"] // model["num_attention_heads"]
     quantization = model.get("quantization")
-    if quantization is not None and quantization not in vllm_words.QUANTIZATIONS:
+    if quantization is not None and quantization not in words.quantizations:
         errors.append(
-            f"{var('model.quantization')} must be null or a vLLM 0.7.3 method, got {_shown(quantization)}: "
-            "use the quant_method of the checkpoint's quantization_config (e.g. awq, gptq, bitsandbytes)"
+            f"{var('model.quantization')} must be null or a quantization method of vLLM {words.version}, got "
+            f"{_shown(quantization)}: use the quant_method of the checkpoint's quantization_config"
+            + capacity_layout.serving_stacks(quantization, "quantization")
         )
         return None
     facts = ModelFacts(
@@ -348,11 +333,12 @@ def _model_facts(model: dict, errors: list[str]) -> ModelFacts | None:
         max_position_embeddings=model["max_position_embeddings"],
         weights_bytes=model["weights_bytes"],
         quantization=quantization,
+        layout=layout,
     )
     weights, source = _checkpoint_weights(facts, model.get("weights_source"), errors)
     if weights is None:
         return None
-    return ModelFacts(**{**asdict(facts), "weights_bytes": weights, "weights_source": source})
+    return replace(facts, weights_bytes=weights, weights_source=source)
 
 
 def linear_params(model: ModelFacts) -> int:
@@ -618,11 +604,22 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
         )
 
 
-def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE) -> dict:
+def words_of(engine: str, stack: Any = None) -> vllm_words.Release:
+    """The vLLM release a plan checks words and families against: the stack's, else the first stack's of the
+    engine (v0: the pinned stack's 0.7.3, v1: the lts stack's)."""
+    if isinstance(stack, str) and stack in stacks.STACKS:
+        return stacks.STACKS[stack].words
+    return next(s.words for s in stacks.STACKS.values() if s.engine == engine)
+
+
+def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE, stack: Any = None) -> dict:
     """Plan vLLM memory per GPU for an engine: "v0" (vLLM 0.7.3, the pinned stack) or "v1" (the lts stack's vLLM).
 
-    Never raises on bad input: problems come back in ``errors``."""
+    ``stack`` (gpubox_stack), when given, sets the engine and the release whose words and families the model is
+    checked against. Never raises on bad input: problems come back in ``errors``."""
     result = Plan()
+    if isinstance(stack, str) and stack in stacks.STACKS:
+        engine = stacks.STACKS[stack].engine
     if engine not in ENGINES:
         result.errors.append(
             f"engine must be one of {', '.join(ENGINES)}, got {_shown(engine)}: v0 for vLLM 0.7.3 (the pinned "
@@ -639,7 +636,7 @@ def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE) ->
             result.errors.append(f"{name}: the {label} facts must be a mapping, got {type(value).__name__}")
     if result.errors:
         return asdict(result)
-    model_facts = _model_facts(model, result.errors)
+    model_facts = _model_facts(model, result.errors, words_of(engine, stack))
     gpu_facts = _gpu_facts(gpu, result.errors)
     large = bool(gpu_facts) and capacity_v1.is_large_gpu(gpu_facts.total_mib - gpu_facts.reserved_mib, gpu_facts.name)
     serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_layout, vllm_words
 
 # Fields that must agree between a catalog entry and the downloaded config.json.
 CONFIG_FIELDS = (
@@ -170,27 +170,24 @@ INVENTORY_OPTIONAL = (
     "sliding_window",
     "kv_lora_rank",
     "weights_source",
+    "config_json",
 )
-# config.json keys that mean a mixture-of-experts model (Mixtral: num_local_experts; Qwen-MoE: num_experts,
-# moe_intermediate_size; DeepSeek: n_routed_experts; all of them num_experts_per_tok): its MLP is many experts,
-# not one intermediate_size, and the planner refuses it by name (capacity_planner).
-MOE_KEYS = ("num_experts", "num_local_experts", "n_routed_experts", "moe_intermediate_size", "num_experts_per_tok")
+# gpubox_model_config's other form: the model's published config.json as it is (config_json) and the size of its
+# weight files; the planner reads the layers, experts and attention from it (capacity_layout).
+CONFIG_JSON_FORM = ("config_json", "weights_bytes", "source", "weights_source")
+MOE_KEYS = capacity_layout.MOE_KEYS
+moe_keys = capacity_layout.moe_keys
 
 
-# Why such a model is refused, in every message that refuses one.
+# Why such a model is refused in the facts form, in every message that refuses one.
 MOE_NOT_MODELLED = (
-    "the capacity planner does not model experts (their weights and MLP activations are not one "
-    "intermediate_size) and cannot plan it; serve a dense model, or size this one from vLLM's own start-up log"
+    "the planner reads a mixture-of-experts model's experts, shared experts and dense layers from its published "
+    "config.json: give it whole as gpubox_model_config's config_json (with weights_bytes)"
 )
-
-
-def moe_keys(config: dict[str, Any]) -> list[str]:
-    """The mixture-of-experts keys a config (or gpubox_model_config) sets; a dense model's 0 or null is none."""
-    return [k for k in MOE_KEYS if config.get(k) is not None and config.get(k) != 0]
 
 
 # Attention layouts (capacity_planner.ATTENTION_KINDS): the planner models "full" and refuses the others.
-ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
+ATTENTION_KINDS = capacity_layout.ATTENTION_KINDS
 # The dtypes the capacity planner knows (capacity_planner.DTYPE_BYTES).
 _DTYPES = ("bfloat16", "float16", "float32")
 _INT_FACTS = tuple(k for k in (*INVENTORY_REQUIRED, "head_dim", "sliding_window", "kv_lora_rank") if k != "torch_dtype")
@@ -243,6 +240,8 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"{name} keys must be config.json names (strings), got {', '.join(repr(k) for k in odd[:3])}: "
             f"use only {', '.join(INVENTORY_REQUIRED + INVENTORY_OPTIONAL)}"
         )
+    if "config_json" in facts:
+        return _inventory_config_json(name, model_id, facts)
     moe = moe_keys(facts)
     if moe:
         raise ValueError(f"{name}: {model_id} is a mixture-of-experts model ({', '.join(moe)}): {MOE_NOT_MODELLED}")
@@ -292,9 +291,9 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
             f"(as in {model_id}'s config.json)"
         )
     quantization = facts.get("quantization")
-    if quantization is not None and quantization not in vllm_words.QUANTIZATIONS:
+    if quantization is not None and quantization not in KNOWN_QUANTIZATIONS:
         raise ValueError(
-            f"{name}: quantization must be null or a vLLM 0.7.3 method ({', '.join(vllm_words.QUANTIZATIONS)}), "
+            f"{name}: quantization must be null or a method of a stack's vLLM ({', '.join(KNOWN_QUANTIZATIONS)}), "
             f"got {quantization!r}"
         )
     if not isinstance(facts["torch_dtype"], str) or facts["torch_dtype"].lower() not in _DTYPES:
@@ -317,6 +316,38 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
         source or f"gpubox_model_config weights_bytes ({model['weights_bytes']:,} B of weight files)"
     )
     model["source"] = f"inventory gpubox_model_config for {model_id}" + (
+        f" ({facts['source']})" if facts.get("source") else ""
+    )
+    return model
+
+
+# Any stack's vLLM's methods: which one the box's stack has is the desired state's and the planner's check.
+KNOWN_QUANTIZATIONS = tuple(sorted({m for r in vllm_words.RELEASES.values() for m in r.quantizations}))
+
+
+def _inventory_config_json(name: str, model_id: str, facts: dict[str, Any]) -> dict[str, Any]:
+    """gpubox_model_config in its config.json form: the published config.json and the weight files' size."""
+    unknown = sorted(set(facts) - set(CONFIG_JSON_FORM))
+    if unknown:
+        raise ValueError(
+            f"{name} gives config_json, so its other keys may only be {', '.join(CONFIG_JSON_FORM[1:])}; it has "
+            f"{', '.join(unknown)}: the planner reads every other fact from config_json"
+        )
+    weights = facts.get("weights_bytes")
+    if isinstance(weights, bool) or not isinstance(weights, int) or not 0 < weights <= MAX_WEIGHTS_BYTES:
+        raise ValueError(
+            f"{name}: weights_bytes must be the total size of {model_id}'s weight files in bytes (1 to "
+            f"{MAX_WEIGHTS_BYTES:,}), got {weights!r}"
+        )
+    for key in ("source", "weights_source"):
+        if facts.get(key) is not None and not isinstance(facts[key], str):
+            raise ValueError(f"{name}: {key} must be text, got {type(facts[key]).__name__}")
+    try:
+        model = model_from_config_json(facts["config_json"], weights)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"{name} config_json of {model_id}: {exc}") from None
+    model["weights_source"] = facts.get("weights_source") or f"gpubox_model_config weights_bytes ({weights:,} B)"
+    model["source"] = f"inventory gpubox_model_config config_json for {model_id}" + (
         f" ({facts['source']})" if facts.get("source") else ""
     )
     return model
@@ -397,30 +428,37 @@ def attention_of(config: dict[str, Any]) -> str:
 
 
 def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[str, Any]:
-    """Planner facts from a downloaded config.json plus the total size of the weight files."""
+    """Planner facts from a published config.json plus the total size of the weight files.
+
+    The config itself rides along (``config_json``): the planner reads the layers, experts and attention from it
+    (capacity_layout.layout, which raises a LayoutError naming the key it cannot read)."""
     if not isinstance(config, dict):
         raise TypeError(f"config.json must be a mapping, got {type(config).__name__}")
-    text = config.get("text_config") if isinstance(config.get("text_config"), dict) else config
-    moe = moe_keys(text)
-    if moe:
-        raise ValueError(f"config.json describes a mixture-of-experts model ({', '.join(moe)}): {MOE_NOT_MODELLED}")
-    missing = [k for k in CONFIG_FIELDS if k not in text and k != "torch_dtype"]
+    text = capacity_layout.text_config(config)
+    found = capacity_layout.layout(config)
+    size_keys = [k for k in CONFIG_FIELDS if k not in ("torch_dtype", "intermediate_size")]
+    missing = [k for k in size_keys if k not in text]
+    if not text.get("intermediate_size") and not found.experts:
+        missing.append("intermediate_size")
     if missing:
         raise ValueError(f"config.json lacks {', '.join(missing)}: not a decoder model the planner knows")
     heads = text["num_attention_heads"]
+    dtype = text.get("torch_dtype") or config.get("torch_dtype") or text.get("dtype") or config.get("dtype")
     return {
         "num_hidden_layers": text["num_hidden_layers"],
         "num_attention_heads": heads,
         "num_key_value_heads": text.get("num_key_value_heads", heads),
         "hidden_size": text["hidden_size"],
-        "intermediate_size": text["intermediate_size"],
+        # a model whose every MLP is experts (gpt-oss) states only the expert's size
+        "intermediate_size": text.get("intermediate_size") or found.experts.intermediate,
         "vocab_size": text["vocab_size"],
         "head_dim": text.get("head_dim") or text["hidden_size"] // heads,
-        "torch_dtype": text.get("torch_dtype") or config.get("torch_dtype"),
+        "torch_dtype": dtype,
         "max_position_embeddings": text["max_position_embeddings"],
         "weights_bytes": int(weights_bytes),
         "quantization": _quantization(config),
         "attention": attention_of(config),
+        "config_json": config,
         "weights_source": "the downloaded checkpoint: total size of its weight files",
         "source": "downloaded config.json",
     }
