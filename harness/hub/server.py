@@ -36,6 +36,9 @@ Fault injection, for tests (simulated network and storage faults):
         to be interrupted on purpose).
     POST /_faults  {"listing_fields": {"*": {"Revision": "p/../../x"}, "config.json": {"Size": true}}}
         sets fields of listed entries ("*": every blob) to hostile values: a hostile hub's listing.
+    POST /_faults  {"listing_depth": 100000}
+        the listing's Data also holds a field nesting that many lists (written as text: json would
+        itself recurse), as a hostile hub or cache could send.
     POST /_faults  {"redirect": true}
         serves every file as ModelScope does for large ones: the /repo request answers 302 with a
         Location on a "storage" path of this server, /_storage/<commit>/<path>?Expires=..&Signature=..,
@@ -222,6 +225,7 @@ class Faults:
     throttle: dict[str, int] = field(default_factory=dict)  # path -> bytes per second
     redirect: bool = False  # files answered with a 302 to the storage path
     listing_fields: dict[str, dict[str, Any]] = field(default_factory=dict)  # path or "*" -> fields to set
+    listing_depth: int = 0  # lists nested in the listing's Data (0: none)
     listings: int = 0  # listings served since the faults were last set
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -237,12 +241,13 @@ class Faults:
     def parse(spec: Any) -> tuple[dict[str, dict[str, int]], set[str]]:
         if not isinstance(spec, dict):
             raise ValueError("the fault spec must be a JSON object")
-        unknown = set(spec) - {"drop_after_bytes", "corrupt", "extra_files", "throttle", "redirect", "listing_fields"}
-        if unknown:
-            raise ValueError(
-                f"unknown fault kinds {sorted(unknown)}; known: drop_after_bytes, corrupt, extra_files, throttle, "
-                "redirect"
-            )
+        known = {"drop_after_bytes", "corrupt", "extra_files", "throttle", "redirect", "listing_fields"}
+        known.add("listing_depth")
+        if unknown := set(spec) - known:
+            raise ValueError(f"unknown fault kinds {sorted(unknown)}; known: {', '.join(sorted(known))}")
+        depth = spec.get("listing_depth", 0)
+        if not isinstance(depth, int) or isinstance(depth, bool) or not 0 <= depth <= 10_000_000:
+            raise ValueError(f"listing_depth must be a number of nested lists from 0 to 10000000, got {depth!r}")
         if not isinstance(spec.get("redirect", False), bool):
             raise ValueError(f"redirect must be true or false, got {spec.get('redirect')!r}")
         drops: dict[str, dict[str, int]] = {}
@@ -266,6 +271,7 @@ class Faults:
             self.extra, self.extra_after, self.listings = extra, after, 0
             self.redirect = bool(spec.get("redirect", False))
             self.listing_fields = {str(k): dict(v) for k, v in (spec.get("listing_fields") or {}).items()}
+            self.listing_depth = spec.get("listing_depth", 0)
 
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
@@ -275,6 +281,7 @@ class Faults:
                 "throttle": dict(self.throttle),
                 "redirect": self.redirect,
                 "listing_fields": {p: dict(v) for p, v in self.listing_fields.items()},
+                "listing_depth": self.listing_depth,
                 "extra_files": {"after": self.extra_after, "files": {p: v.decode() for p, v in self.extra.items()}},
             }
 
@@ -386,7 +393,9 @@ class HubHandler(BaseHTTPRequestHandler):
         )
 
     def _json(self, status: int, body: Any, head: bool = False) -> None:
-        raw = json.dumps(body).encode()
+        self._raw_json(status, json.dumps(body).encode(), head)
+
+    def _raw_json(self, status: int, raw: bytes, head: bool = False) -> None:
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(raw)))
@@ -468,6 +477,11 @@ class HubHandler(BaseHTTPRequestHandler):
                         "Revision": model.commit,
                     }
                 )
+            depth = self.faults.snapshot()["listing_depth"]
+            if depth:  # simulated hostile hub: the nesting is text, spliced in (json.dumps would recurse)
+                raw = json.dumps(ok({"Files": files, "LatestCommitter": {}, "Nested": None}))
+                nested = "[" * depth + "]" * depth
+                return self._raw_json(200, raw.replace('"Nested": null', f'"Nested": {nested}', 1).encode(), head)
             return self._json(200, ok({"Files": files, "LatestCommitter": {}}), head)
         return self._send_file(model, query.get("FilePath", ""), head)
 

@@ -21,6 +21,10 @@ The formats, with their sources:
   the client keeps for itself (the manifest, the client's home and bookkeeping, partial files).
 - size: a non-negative int (a JSON ``true`` is not a size).
 - sha256: 64 lower-case hex digits.
+- nesting: a listing is an object whose Data.Files list holds flat objects, 4 levels deep at most (the
+  test hub's and ModelScope's answers); any text nesting arrays or objects more than MAX_LISTING_DEPTH
+  deep is refused before it is decoded (json's recursive decoder would otherwise raise RecursionError
+  on, say, 100,000 nested lists).
 
 Runs on the managed host (Python >= 3.10).
 """
@@ -237,6 +241,38 @@ def parse_listing(payload: Any, model_id: str, revision: str) -> Listing:
 
 
 MAX_LISTING_BYTES = 64 << 20
+MAX_LISTING_DEPTH = 32  # a listing nests 4 deep; 32 leaves room for any field a hub adds
+# A JSON string (escapes included), whose brackets are text, not nesting; and every byte that is not a bracket.
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"', re.S)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+_INNERMOST = re.compile(rb"\[\]|\{\}")  # one scan removes every innermost pair, never a pair it uncovers
+
+
+def nesting_over(body: bytes, limit: int) -> bool:
+    """True when the JSON text ``body`` nests arrays or objects more than ``limit`` deep. Without decoding
+    anything: the strings are dropped, then everything but the brackets; each pass removes the innermost
+    pairs, one level (a linear scan in C, at most ``limit`` of them). Unbalanced text is not called deep
+    (json says what is wrong with it)."""
+    brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
+    for _ in range(limit):
+        if not brackets:
+            return False
+        inner = _INNERMOST.sub(b"", brackets)
+        if inner == brackets:
+            return False
+        brackets = inner
+    return bool(brackets)
+
+
+def loads_listing(body: bytes, where: str) -> Any:
+    """The decoded JSON of a listing's body, or ListingError naming ``where`` (never a RecursionError)."""
+    if nesting_over(body, MAX_LISTING_DEPTH):
+        raise ListingError(
+            f"{where} nests arrays or objects more than {MAX_LISTING_DEPTH} deep: not a listing (a listing nests 4 "
+            "deep), so it is refused before it is decoded and nothing was changed. The hub, mirror or cache "
+            "(model_store_endpoint / gpubox_fleet_cache_url) is broken or hostile"
+        )
+    return json.loads(body.decode("utf-8"))
 
 
 def fetch_listing(
@@ -257,7 +293,7 @@ def fetch_listing(
             body = response.read(MAX_LISTING_BYTES + 1)
         if len(body) > MAX_LISTING_BYTES:
             raise ListingError(f"GET {url} answered more than {MAX_LISTING_BYTES} bytes: not a listing")
-        payload = json.loads(body.decode("utf-8"))
+        payload = loads_listing(body, f"GET {url}")
     except urllib.error.HTTPError as exc:
         raise ListingError(
             f"GET {url} answered HTTP {exc.code}: check model_id {model_id!r} and revision {revision!r}"

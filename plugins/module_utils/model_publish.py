@@ -345,6 +345,13 @@ def run_model_store(req: Request, free: Callable[[Path], int] = free_bytes) -> S
         progress.state, progress.phase = "failed", f"failed: {str(exc)[:300]}"
         write_progress(progress_path, progress)
         raise
+    except Exception as exc:
+        # Not ours (a bug, or a library's own error): the progress file still ends "failed", with the
+        # reason, never "running" until the poll finds the process gone; the traceback goes to Ansible.
+        progress.state = "failed"
+        progress.phase = f"failed: {type(exc).__name__} in {progress.phase}: {str(exc)[:250]}"
+        write_progress(progress_path, progress)
+        raise
     progress.state, progress.phase = "done", result.msg
     progress.bytes_done = progress.bytes_total
     progress.files_done = progress.files_total

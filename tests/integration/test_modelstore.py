@@ -1324,6 +1324,35 @@ def test_a_pins_file_another_user_could_write_is_refused(hub_a: Hub, client_venv
     assert not store_root.exists()
 
 
+@pytest.mark.parametrize(
+    ("faults", "words"),
+    [
+        ({"listing_depth": 100_000}, "nests arrays or objects more than 32 deep"),
+        ({"listing_fields": {"config.json": {"Size": True}}}, "config.json has no valid Size"),
+        ({"listing_fields": {"*": {"Revision": None}}}, "names no commit"),
+    ],
+    ids=["nested-100000", "size-bool", "no-commit"],
+)
+def test_a_refused_listing_ends_the_progress_file_failed_with_the_reason(
+    hub_a: Hub, client_venv: Path, store_root: Path, faults: dict[str, Any], words: str
+) -> None:
+    """A listing nested 100,000 deep raised RecursionError out of the module (a traceback) and left the
+    progress file "running", so the role's poll loop waited for the process to be gone. Every refusal of the
+    parser is now a ListingError naming the listing, and the progress file ends "failed" with the reason,
+    which the poll loop (model_store_progress) reports at once."""
+    hub_a.faults(faults)
+    req, mark = request_for(hub_a, store_root, client_venv), hub_a.mark()
+    with pytest.raises(lib.ListingError, match=words):
+        lib.run_model_store(req)
+    listing = f"/api/v1/models/{MODEL_ID}/repo/files?Revision=master&Recursive=True"
+    assert [e["path"] for e in hub_a.since(mark)] == [listing], "refused before any file was asked for"
+    progress = json.loads(Path(req.progress_file).read_text())
+    assert progress["state"] == "failed" and words in progress["message"], progress
+    poll = load(ROOT / "plugins/modules/model_store_progress.py", "gpubox_model_store_progress")
+    assert poll.job_state(progress, {"started": 1, "finished": 0, "ansible_job_id": "j1"})[0] == "failed"
+    assert not (store_root / "Tiny-Instruct").exists(), "nothing published"
+
+
 @pytest.mark.parametrize("revision", ["commit", "master"])
 @pytest.mark.parametrize("value", [None, ""])
 def test_a_listing_without_a_revision_is_refused_and_changes_nothing(

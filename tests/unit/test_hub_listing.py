@@ -9,6 +9,7 @@ test_modelstore.py.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -177,3 +178,73 @@ def test_only_a_checked_id_ever_names_a_store_directory(commit: str) -> None:
         with pytest.raises(ModelStoreError, match="not a commit id"):
             name_it(commit)
     assert layout.staging(COMMIT) == Path(f"/srv/models/.staging/Tiny@{COMMIT}")
+
+
+def listing_text(nested: str) -> bytes:
+    """A clean listing's text with one more field in Data holding ``nested`` (JSON text, spliced in as a hub
+    would send it: json.dumps of 100,000 nested lists would itself recurse)."""
+    text = json.dumps({"Code": 200, "Success": True, "Data": {"Files": [blob()], "Nested": None}})
+    return text.replace('"Nested": null', f'"Nested": {nested}', 1).encode()
+
+
+BOUND = hl.MAX_LISTING_DEPTH - 2  # Data.Nested sits 2 levels down: this many lists there make the bound exactly
+
+
+@pytest.mark.parametrize("nested", ["[]", "[" * BOUND + "]" * BOUND, "[" + ", ".join(['{"a": [{}]}'] * 3) + "]"])
+def test_a_listing_nested_up_to_the_bound_is_decoded(nested: str) -> None:
+    """Data.Nested sits 2 levels down (the top object, Data)."""
+    body = listing_text(nested)
+    assert not hl.nesting_over(body, hl.MAX_LISTING_DEPTH)
+    assert hl.parse_listing(hl.loads_listing(body, "GET x"), MODEL, "master").commit == COMMIT
+
+
+def test_the_depth_is_counted_exactly_whatever_the_brackets() -> None:
+    for depth in range(1, 12):
+        lists, mixed = "[" * depth + "]" * depth, ("[{" * depth)[:depth] + ("}]" * depth)[-depth:]
+        for text in (lists, mixed, "[1, " + lists + ", {}]"):
+            extra = text.startswith("[1")
+            assert hl.nesting_over(text.encode(), depth - 1 + extra), text
+            assert not hl.nesting_over(text.encode(), depth + extra), text
+
+
+@pytest.mark.parametrize(
+    "nested",
+    [
+        "[" * 100_000 + "]" * 100_000,  # the issue's listing: json raised RecursionError, uncaught
+        "[" * (MAX := hl.MAX_LISTING_DEPTH - 1) + "]" * MAX,  # one past the bound (with the top object and Data)
+        '{"a": ' * 100_000 + "1" + "}" * 100_000,
+        '[{"a": ' * 50_000 + "1" + "}]" * 50_000,
+    ],
+    ids=["lists-100000", "lists-bound+1", "objects-100000", "mixed-100000"],
+)
+def test_a_listing_nested_past_the_bound_is_refused_by_name_before_decoding(nested: str) -> None:
+    body = listing_text(nested)
+    if len(nested) > 100_000:  # the control: json's own decoder does not survive these
+        with pytest.raises(RecursionError):
+            json.loads(body)
+    with pytest.raises(ListingError, match=f"more than {hl.MAX_LISTING_DEPTH} deep") as refused:
+        hl.loads_listing(body, "GET https://hub.example/api/v1/models/o/n/repo/files")
+    said = str(refused.value)
+    assert said.startswith("GET https://hub.example/") and "nothing was changed" in said
+    assert "model_store_endpoint" in said and "gpubox_fleet_cache_url" in said
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"Data": {"Files": [], "Note": "' + "[" * 100_000 + '"}}',  # brackets in a string are text
+        '{"a": "\\"' + "{" * 1000 + '\\\\", "b": []}',  # escaped quotes do not end the string
+    ],
+)
+def test_brackets_inside_strings_are_not_nesting(text: str) -> None:
+    assert not hl.nesting_over(text.encode(), 4)
+    assert isinstance(hl.loads_listing(text.encode(), "GET x"), dict)
+
+
+def test_malformed_text_is_left_to_json_to_name() -> None:
+    """Unbalanced brackets are not called deep: json's own error says what is wrong (a ValueError, which
+    fetch_listing turns into 'did not return JSON')."""
+    for text in (b"]]]]", b"[[[[", b'{"a": [}'):
+        assert not hl.nesting_over(text, 2)
+        with pytest.raises(ValueError):
+            hl.loads_listing(text, "GET x")
