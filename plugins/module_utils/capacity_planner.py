@@ -346,7 +346,13 @@ def linear_params(model: ModelFacts) -> int:
     q_out = model.heads * model.head_dim
     kv_out = 2 * model.kv_heads * model.head_dim
     per_layer = model.hidden * (q_out + kv_out) + q_out * model.hidden + 3 * model.hidden * model.intermediate
-    return model.layers * per_layer
+    experts = model.layout.experts if model.layout else None
+    if not experts:
+        return model.layers * per_layer
+    # expert layers: every routed expert's gate, up and down projections, and the shared experts'
+    expert_mlp = 3 * model.hidden * (experts.routed * experts.intermediate + experts.shared)
+    dense_mlp = 3 * model.hidden * model.intermediate
+    return model.layers * per_layer + experts.moe_layers * (expert_mlp - dense_mlp)
 
 
 def _checkpoint_weights(model: ModelFacts, source: Any, errors: list[str]) -> tuple[int | None, str]:
@@ -472,7 +478,8 @@ def _serving_facts(
 def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
     """K and V for every layer on this GPU; kv heads are split by tp and replicated below one per GPU."""
     kv_heads_per_gpu = max(1, model.kv_heads // serving.tp)
-    layers_per_gpu = math.ceil(model.layers / serving.pp)
+    attention_layers = model.layers if model.layout is None else model.layers - model.layout.count("linear")
+    layers_per_gpu = math.ceil(attention_layers / serving.pp)
     return 2 * layers_per_gpu * kv_heads_per_gpu * model.head_dim * serving.kv_dtype_bytes
 
 
@@ -488,6 +495,10 @@ def mlp_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     tokens = serving.max_num_batched_tokens
     per_token = 2 * model.hidden + 3 * model.intermediate / serving.tp
     peak = ACTIVATION_FACTOR * tokens * per_token * act_bytes
+    experts = model.layout.experts if model.layout else None
+    if experts:  # the expert layers' fused-MoE live set; dense layers (if any) keep theirs
+        moe = ACTIVATION_FACTOR * capacity_v1.moe_live_bytes(tokens, model.hidden, experts, serving.tp, act_bytes)
+        peak = max(moe, peak if experts.moe_layers < model.layers else 0.0)
     if model.quantization in DEQUANTIZING_METHODS:
         peak += (model.hidden + tokens) * model.intermediate / serving.tp * act_bytes
     return peak
@@ -553,6 +564,12 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     kv_bytes = budget - weights - activation - non_torch - cudagraph
     per_token = kv_bytes_per_token_per_gpu(model, serving)
     blocks = max(0, int(kv_bytes // (serving.block_size * per_token)))
+    tokens = blocks * serving.block_size
+    if model.layout is not None and serving.engine == "v1":  # vLLM 0.32's figure: requests that fit x max_model_len
+        per_request = capacity_v1.family_request_bytes(model, serving)
+        tokens = max(0, int(kv_bytes / per_request * serving.max_model_len))
+        per_token = max(1, round(per_request / serving.max_model_len))
+        blocks = tokens // serving.block_size
 
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu = weights / GIB
@@ -568,7 +585,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     result.kv_bytes_per_token_per_gpu = per_token
     result.max_num_batched_tokens = serving.max_num_batched_tokens
     result.gpu_blocks = blocks
-    result.kv_tokens = blocks * serving.block_size
+    result.kv_tokens = tokens
     result.max_concurrency = result.kv_tokens / serving.max_model_len
 
     util_name = var("serving.gpu_memory_utilization")

