@@ -15,6 +15,7 @@ Skipped when no nginx binary is installed (apt-get install nginx: Debian's archi
 from __future__ import annotations
 
 import contextlib
+import gzip
 import hashlib
 import http.client
 import http.server
@@ -53,6 +54,9 @@ LAN_GATE = "127.0.0.5"
 BOX_LAN = "10.231.94.11"
 LAN_OTHER = "10.231.94.99"
 
+# What a box's client may send that changes a hub's answer or says who asks; the key is the path, Revision and FilePath.
+CLIENT_HEADERS = ("Authorization", "Cookie", "Accept-Encoding", "User-Agent", "Accept-Language", "X-Box-Secret")
+
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install -y nginx)")
 
 
@@ -78,11 +82,12 @@ def render(template: str, extra: dict[str, Any]) -> str:
 
 @dataclass
 class Hub:
-    """What the hub answers, per path; every request it saw (method, raw path) in seen."""
+    """What the hub answers, per path; every request it saw (method, raw path) in seen, its headers in heard."""
 
     port: int = 0
     answers: dict[str, tuple] = field(default_factory=dict)
     seen: list[tuple[str, str]] = field(default_factory=list)
+    heard: list[dict[str, str]] = field(default_factory=list)  # each request's headers, names lower-cased
 
     def answer(self, path: str, *spec: Any) -> None:
         self.answers[path] = spec
@@ -100,6 +105,7 @@ def hub_server(hub: Hub) -> http.server.ThreadingHTTPServer:
 
         def do_GET(self) -> None:
             hub.seen.append(("GET", self.path))
+            hub.heard.append({key.lower(): value for key, value in self.headers.items()})
             path = self.path.split("?", 1)[0]
             spec = hub.answers.get(path, ("status", 404, b"no such file\n"))
             kind = spec[0]
@@ -132,6 +138,17 @@ def hub_server(hub: Hub) -> http.server.ThreadingHTTPServer:
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(body), body))
                 self.wfile.flush()
                 self.close_connection = True
+            elif kind == "echo":  # what this client sent, as a hub that answers per client would (gzip if asked)
+                said = {h: self.headers[h] for h in CLIENT_HEADERS if self.headers.get(h) is not None}
+                body = json.dumps(said, sort_keys=True).encode()
+                gzipped = "gzip" in (self.headers.get("Accept-Encoding") or "")
+                body = gzip.compress(body, mtime=0) if gzipped else body
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                if gzipped:
+                    self.send_header("Content-Encoding", "gzip")
+                self.end_headers()
+                self.wfile.write(body)
             elif kind == "redirect":
                 _, location = spec
                 self.send_response(302)
@@ -426,6 +443,65 @@ def test_a_redirect_off_the_allow_list_is_refused_with_502_naming_it(cache: Cach
     # The uncached path (a branch, not a commit) refuses the same redirect.
     status, _, _ = cache.get(cache.file("model.safetensors", model=model, revision="master"))
     assert status == 502
+
+
+# --------------------------------------------------------------------------- what a box sends upstream
+
+BOX_A_HEADERS = {
+    "Authorization": "Bearer box-a-token",
+    "Cookie": "m_session_id=box-a",
+    "Accept-Encoding": "gzip",
+    "User-Agent": "modelscope/box-a",
+    "Accept-Language": "zh-CN",
+    "X-Box-Secret": "box-a",
+}
+
+
+@pytest.mark.parametrize("redirected", [False, True], ids=["from-the-hub", "from-a-redirect"])
+def test_a_stored_file_is_fetched_with_no_header_of_the_box_that_asked_first(cache: Cache, redirected: bool) -> None:
+    """The key is (path, Revision, FilePath): box A's credentials, cookie and encoding (and any other header)
+    never reach the hub for a file that is stored, so box B is never served an answer made for box A. Before,
+    nginx forwarded them all: the hub saw A's token and gzip, and B got A's gzip-encoded answer naming A."""
+    model = f"hdr{int(redirected)}"
+    hub_path = f"/api/v1/models/gpubox-test/{model}/repo"
+    if redirected:
+        cache.hub.answer(hub_path, "redirect", f"http://127.0.0.1:{cache.hub.port}/_storage/{model}?Signature=a")
+        cache.hub.answer(f"/_storage/{model}", "echo")
+    else:
+        cache.hub.answer(hub_path, "echo")
+    url, heard = cache.file("w.bin", model=model), len(cache.hub.heard)
+    stored = len([p for p in (cache.root / "models").rglob("*") if p.is_file()])
+    status, headers, body_a = cache.get(url, headers=BOX_A_HEADERS)
+    assert (status, headers["X-Gpubox-Fleet-Cache"]) == (200, "MISS"), body_a
+    wait_for_cache_files(cache, stored + 1)
+    status, headers_b, body_b = cache.get(url, source=LAN_GATE, headers={"X-Forwarded-For": BOX_LAN})
+    assert (status, headers_b["X-Gpubox-Fleet-Cache"], body_b) == (200, "HIT", body_a), "box B gets the stored answer"
+    answer_b = gzip.decompress(body_b) if headers_b.get("Content-Encoding") == "gzip" else body_b
+    encoding = headers_b.get("Content-Encoding")
+    assert b"box-a" not in answer_b, f"box B was served box A's answer: {answer_b!r} (Content-Encoding {encoding})"
+    assert "Content-Encoding" not in headers_b, "box B asked for no encoding"
+    upstream = cache.hub.heard[heard:]
+    assert len(upstream) == 1 + redirected
+    for sent in upstream:
+        leaked = {h: sent[h.lower()] for h in CLIENT_HEADERS if h != "User-Agent" and h.lower() in sent}
+        assert leaked == {}, f"the box's headers reached the hub: {leaked}"
+        assert sent.get("user-agent") == "gpubox-fleet-cache", sent
+    assert json.loads(body_a) == {"User-Agent": "gpubox-fleet-cache"}
+
+
+def test_a_passed_through_request_keeps_the_boxs_own_headers(cache: Cache) -> None:
+    """The control of the test above, and what is kept: a branch's file and a listing are never stored, so each
+    answer reaches only the box that asked, and its own headers still go upstream."""
+    cache.hub.answer("/api/v1/models/gpubox-test/hdrpass/repo", "echo")
+    cache.hub.answer("/api/v1/models/gpubox-test/hdrpass/repo/files", "echo")
+    listing = "/api/v1/models/gpubox-test/hdrpass/repo/files?Revision=master"
+    for url in (cache.file("w.bin", model="hdrpass", revision="master"), listing):
+        heard = len(cache.hub.heard)
+        status, headers, body = cache.get(url, headers=BOX_A_HEADERS)
+        assert status == 200 and headers.get("X-Gpubox-Fleet-Cache") in (None, "", "BYPASS"), headers
+        sent = cache.hub.heard[heard]
+        assert sent["authorization"] == "Bearer box-a-token" and sent["accept-encoding"] == "gzip", sent
+        assert headers["Content-Encoding"] == "gzip" and b"box-a-token" in gzip.decompress(body)
 
 
 # --------------------------------------------------------------------------- control characters
