@@ -8,7 +8,10 @@ Tenants (gpubox_tenants) with small limits: one request a minute with no burst, 
 
 - no key, a wrong key, a key in the wrong case, another scheme, a retired key: 401 from the front door
   (OpenAI-style JSON, WWW-Authenticate: Bearer), and the engine's log shows none of them;
-- a known key reaches the engine carrying the engine's own key (never the client's), with the URI it sent;
+- a known key reaches the engine carrying the engine's own key (never the client's), with its query string;
+- every location forwards the path it checked: nginx's normal form (decoded, slashes merged, dot-segments
+  resolved), percent-encoded again, never the raw one (control: the old file sent a tenant's
+  "/metrics/../v1/models" as written, which vLLM 0.7.3 serves from its metrics);
 - each tenant is limited on its name: its second key shares its limit, another tenant does not, a client
   address (X-Forwarded-For) changes nothing; streams in flight and body size per tenant, chunked too;
 - /metrics and /health answer the connection's own address, whatever X-Forwarded-For says (control: the
@@ -26,6 +29,7 @@ import http.server
 import json
 import shutil
 import socket
+import ssl
 import subprocess
 import tempfile
 import threading
@@ -96,6 +100,7 @@ class _Engine(http.server.BaseHTTPRequestHandler):
             "host": self.headers.get("Host"),
             "authorization": self.headers.get("Authorization"),
             "body_len": body_len,
+            "injected": self.headers.get("X-Injected"),
         }
         self.server.seen.append(seen)  # type: ignore[attr-defined]
         if self.path.startswith("/v1/slow"):
@@ -192,6 +197,37 @@ def _reached(engine, marker: str) -> list[dict]:
     return [line for line in engine.seen if marker in line["path"]]
 
 
+def _raw(port: int, request: bytes, source: str = STRANGER, tls: bool = True) -> tuple[int, dict, bytes]:
+    """``request`` written byte for byte (no client library normalises or refuses it), over TLS unless ``tls`` is
+    false; (status, headers with lower-case names, body) of the answer, status 0 when the server closed without
+    one. The request should ask for the connection's close (or be one the server cannot answer on)."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10, source_address=(source, 0)) as sock:
+        conn = live_proxies.unverified_tls().wrap_socket(sock) if tls else sock
+        try:
+            conn.sendall(request)
+            answer = b""
+            while chunk := conn.recv(65536):
+                answer += chunk
+        except (ConnectionResetError, ssl.SSLError):
+            answer = b""
+    head, _, body = answer.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    if not lines[0].startswith("HTTP/"):
+        return 0, {}, answer
+    headers = dict(line.split(":", 1) for line in lines[1:] if ":" in line)
+    return int(lines[0].split()[1]), {k.strip().lower(): v.strip() for k, v in headers.items()}, body
+
+
+def _raw_json(port: int, request: bytes, source: str = STRANGER) -> tuple[int, str, Any]:
+    """(status, Content-Type, JSON body or the raw body when it is not JSON) of ``_raw``."""
+    status, headers, body = _raw(port, request, source)
+    try:
+        parsed: Any = json.loads(body)
+    except ValueError:
+        parsed = body
+    return status, headers.get("content-type", ""), parsed
+
+
 # --------------------------------------------------------------------------- the keys
 
 
@@ -225,7 +261,7 @@ def test_a_request_without_a_known_key_gets_401_from_the_front_door_and_never_re
     assert _reached(front_door["engine"], marker) == []
 
 
-def test_a_known_key_reaches_the_engine_with_the_engines_own_key_and_the_uri_it_sent(front_door):
+def test_a_known_key_reaches_the_engine_with_the_engines_own_key_and_the_query_it_sent(front_door):
     status, _, body = _get(front_door["port"], "/v1/models?probe-ok=a%2Fb&x=1", key=OPS_KEY)
     assert status == 200, body
     assert body["path"] == "/v1/models?probe-ok=a%2Fb&x=1"
@@ -244,6 +280,77 @@ def test_the_engine_never_sees_the_clients_host(front_door, n, host):
     if status == 200:
         port = front_door["engine"].server_address[1]
         assert body["host"] == f"127.0.0.1:{port}" and body["path"] == "/v1/models", body
+
+
+# --------------------------------------------------------------------------- the path vLLM gets
+
+
+def _http_get(path: str, key: str | None = None, extra: str = "") -> bytes:
+    """A GET of ``path`` exactly as written, with ``key`` and the ``extra`` header lines, asking for the close."""
+    auth = f"Authorization: Bearer {key}\r\n" if key else ""
+    return f"GET {path} HTTP/1.1\r\nHost: localhost\r\n{auth}{extra}Connection: close\r\n\r\n".encode()
+
+
+# (what the client writes, its address, what vLLM must get): nginx decodes the path, merges its slashes and
+# resolves its dot-segments, picks the location by that form and checks it; vLLM gets that form, percent-encoded
+# again, and the query string as it came.
+PATHS = [
+    ("/metrics/../v1/models?probe-path-1", STRANGER, "/v1/models?probe-path-1"),
+    ("/v1/x/..%2Fmodels?probe-path-2", STRANGER, "/v1/models?probe-path-2"),
+    ("//v1///models?probe-path-3", STRANGER, "/v1/models?probe-path-3"),
+    ("/v1/%6Dodels?probe-path-4", STRANGER, "/v1/models?probe-path-4"),
+    # a decoded "?", line break and space stay inside the path
+    ("/v1/a%3Fb%0D%0AX-Injected:%201?probe-path-5", STRANGER, "/v1/a%3Fb%0D%0AX-Injected:%201?probe-path-5"),
+    ("/v1/%2e%2e/metrics?probe-path-6", "127.0.0.1", "/metrics?probe-path-6"),
+    ("/health/../metrics?probe-path-7", "127.0.0.1", "/metrics?probe-path-7"),
+    ("/v1/../health?probe-path-8", "127.0.0.1", "/health?probe-path-8"),
+]
+
+
+@pytest.mark.parametrize(("sent", "source", "forwarded"), PATHS)
+def test_every_location_forwards_the_normalised_path_it_checked(front_door, sent, source, forwarded):
+    marker = forwarded.rsplit("?", 1)[1]
+    status, _, body = _raw_json(front_door["port"], _http_get(sent, OPS_KEY), source)
+    assert status == 200 and body["path"] == forwarded and body["injected"] is None, (status, body)
+    assert [line["path"] for line in _reached(front_door["engine"], marker)] == [forwarded]
+
+
+def test_a_dot_segment_path_out_of_a_location_is_checked_as_the_location_it_reaches(front_door):
+    # "/v1/../metrics" is /metrics for nginx: its scrape check, not a tenant's key, decides.
+    status, ctype, body = _raw_json(front_door["port"], _http_get("/v1/../metrics?probe-path-9", OPS_KEY))
+    assert status == 403 and _is_openai_error(status, ctype, body, "forbidden"), (status, body)
+    assert _reached(front_door["engine"], "probe-path-9") == []
+
+
+def _old_forwarding(conf: str) -> str:
+    """The file as it forwarded before: the tenants' locations the raw URI ($request_uri), /metrics and /health the
+    URI the client wrote (proxy_pass without one)."""
+    for new, old in (
+        ("        rewrite ^ $gpubox_uri break;\n        proxy_pass http://gpubox_vllm;\n",
+         "        proxy_pass http://gpubox_vllm$request_uri;\n"),
+        ("proxy_pass http://gpubox_vllm/metrics;", "proxy_pass http://gpubox_vllm;"),
+        ("proxy_pass http://gpubox_vllm/health;", "proxy_pass http://gpubox_vllm;"),
+    ):  # fmt: skip
+        assert new in conf, new
+        conf = conf.replace(new, old)
+    return conf
+
+
+def test_control_the_raw_path_reached_the_engines_metrics_with_a_tenants_key(tmp_path, engine):
+    # vLLM 0.7.3 serves its metrics on every path that starts with /metrics (docs/facts.md, "nginx and HAProxy"):
+    # the tenant's "/metrics/../v1/models", checked as /v1/models, was its metrics.
+    markers = Path(tempfile.mkdtemp(prefix="gpubox-gpu-health."))
+    markers.chmod(0o755)
+    knobs = _front_door_knobs(markers)
+    proc, port = _start_front_door(tmp_path, engine.server_address[1], knobs, edit=_old_forwarding)
+    try:
+        tenant = _raw_json(port, _http_get("/metrics/../v1/models?probe-old-path-1", OPS_KEY))
+        scraper = _raw_json(port, _http_get("/v1/../health?probe-old-path-2"), "127.0.0.1")
+    finally:
+        _stop(proc)
+        shutil.rmtree(markers, ignore_errors=True)
+    assert tenant[0] == 200 and tenant[2]["path"] == "/metrics/../v1/models?probe-old-path-1", tenant
+    assert scraper[0] == 200 and scraper[2]["path"] == "/v1/../health?probe-old-path-2", scraper
 
 
 # --------------------------------------------------------------------------- limits per tenant

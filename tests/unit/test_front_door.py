@@ -128,6 +128,8 @@ def test_nginx_file_authenticates_limits_per_tenant_and_keeps_metrics_to_the_con
     # One huge header (CVE-2025-48956) stops at nginx: the buffers are said, not left to a build's default.
     assert "\n    large_client_header_buffers 4 8k;\n" in conf
     assert "rewrite ^ /_gpubox_tenant/$gpubox_tenant last;" in v1 and "proxy_pass" not in v1
+    # The path this location checked (nginx's normal form) is what the tenant's location puts back and forwards.
+    assert v1.index("set $gpubox_uri $uri;") < v1.index("rewrite ^ /_gpubox_tenant/")
     team = conf.split("location = /_gpubox_tenant/team-b {", 1)[1].split("}", 1)[0]
     lines = [line.strip() for line in team.splitlines() if line.strip()]
     assert lines == [
@@ -139,8 +141,10 @@ def test_nginx_file_authenticates_limits_per_tenant_and_keeps_metrics_to_the_con
         "proxy_buffering off;",
         "proxy_cache off;",
         "gzip off;",
-        "proxy_pass http://gpubox_vllm$request_uri;",
+        "rewrite ^ $gpubox_uri break;",
+        "proxy_pass http://gpubox_vllm;",
     ]
+    assert "$request_uri" not in conf  # the raw URI, which nginx did not check, is never forwarded
     assert "limit_req zone=gpubox_tenant_default burst=40;" in conf and "limit_conn gpubox_streams 256;" in conf
     # One rate zone per tenant, every zone keyed on the tenant's name: never the header or the address.
     zones = [line for line in conf.splitlines() if line.startswith(("limit_req_zone", "limit_conn_zone"))]
@@ -167,9 +171,10 @@ def test_nginx_file_authenticates_limits_per_tenant_and_keeps_metrics_to_the_con
         "default 0;", "127.0.0.1/32 1;", "::1/128 1;", "10.9.0.0/16 1;", "2001:db8::/48 1;",
     ]  # fmt: skip
     for path in ("/metrics", "/health"):
-        block = conf.split(f"location = {path} {{", 1)[1].split("proxy_pass", 1)[0]
+        block, proxy_pass = conf.split(f"location = {path} {{", 1)[1].split("proxy_pass", 1)
         assert "if ($gpubox_scraper = 0) {\n            return 403;" in block
         assert "allow" not in block and "deny" not in block
+        assert proxy_pass.startswith(f" http://gpubox_vllm{path};")  # the path checked, not the one written
     assert "location / {\n        return 404;" in conf
     # Without a gateway in front, X-Forwarded-For is never believed.
     assert "set_real_ip_from" not in conf and "real_ip_header" not in conf
