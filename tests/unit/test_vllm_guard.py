@@ -1,9 +1,10 @@
-"""roles/vllm_service/files/gpubox_vllm_guard.py: the ASGI middleware that refuses or bounds what vLLM 0.7.3's open
-advisories need (a request's own chat template, chat_template_kwargs, mm_processor_kwargs, n/best_of, guided-decoding
-fields), with a 400 naming the field.
+"""roles/vllm_service/files/gpubox_vllm_guard.py: the ASGI middleware that refuses or bounds what the engines' open
+advisories need (a request's own chat template, chat_template_kwargs, mm_processor_kwargs, sequences and fan-out,
+guided decoding by whatever field asks for it, the backend), with a 400 naming the field.
 
-Driven here with a recording ASGI app and asyncio (the guard uses the standard library only); tests/vllm073 runs it
-inside vLLM 0.7.3's own app, and molecule/serving sends such requests through the front door to a real vLLM.
+Driven here with a recording ASGI app and asyncio (the guard uses the standard library only); tests/vllm073 and
+tests/vllm032 run it inside vLLM 0.7.3's and 0.32.0's own apps (IN_APP_SCRIPT below, on every POST route), and
+molecule/serving sends such requests through the front door to a real vLLM.
 """
 
 from __future__ import annotations
@@ -440,6 +441,94 @@ def test_what_asks_for_no_more_than_the_bounds_passes(body: dict) -> None:
     raw = json.dumps({"model": "m", **body}).encode()
     app, sent = _run(raw)
     assert app.bodies == [raw] and sent[0]["status"] == 200
+
+
+# Runs inside a vLLM environment (tests/vllm073, tests/vllm032) after the release's own ``build(argv)``, which returns
+# its OpenAI app built from vLLM's parser on ``argv``: one app with the guard (loaded by --middleware from
+# roles/vllm_service/files on PYTHONPATH, as on the box) and one without. Every sweep body goes to every POST route the
+# guarded app registers; each case (a route and a body that route's own request model takes) goes to both apps.
+IN_APP_SCRIPT = """
+import json, sys
+from fastapi.routing import APIRoute
+from fastapi.testclient import TestClient
+{build}
+clients = {{
+    "guarded": TestClient(build(["--api-key", "k", "--middleware", "{guard}"]), raise_server_exceptions=False),
+    "bare": TestClient(build(["--api-key", "k"]), raise_server_exceptions=False),
+}}
+headers = {{"Authorization": "Bearer k", "Content-Type": "application/json"}}
+routes = sorted({{r.path for r in clients["guarded"].app.routes if isinstance(r, APIRoute) and "POST" in r.methods}})
+def post(which, path, raw):
+    answer = clients[which].post(path.replace("{{response_id}}", "resp_x"), content=raw, headers=headers)
+    return [answer.status_code, answer.text[:2000]]
+job = json.load(sys.stdin)
+sweep = {{}}
+for name, body in job["sweep"].items():
+    raw = json.dumps(body)
+    for path in routes:
+        sweep[path + " " + name] = post("guarded", path, raw)
+cases = {{}}
+for name, (path, body) in job["cases"].items():
+    raw = json.dumps(body)
+    cases[name] = {{which: post(which, path, raw) for which in clients}}
+print(json.dumps({{"routes": routes, "sweep": sweep, "cases": cases}}))
+"""
+
+
+def guard_fields(module) -> set:
+    """Every request field the guard reads, by its top-level name."""
+    return {
+        module.TEMPLATE_FIELD,
+        module.KWARGS_FIELD,
+        module.MM_KWARGS_FIELD,
+        *module.COUNT_FIELDS,
+        *module.GUIDED_FIELDS,
+        *module.FORMAT_FIELDS,
+        module.TOOLS_FIELD,
+        module.TOOL_CHOICE_FIELD,
+        module.BACKEND_FIELD,
+        *module.PROMPT_LIST_FIELDS,
+        module.CONVERSATIONS_FIELD,
+        module.QUESTIONS_FIELD,
+        module.NESTED_PARAMS_FIELD,
+    }
+
+
+GUARD_CODES = ("guided_decoding_too_large", "request_fanout_above_limit", "guided_decoding_backend_not_allowed")
+
+
+def guard_param(answer: list) -> str | None:
+    """The field a guard refusal names, or None when the answer is not the guard's."""
+    status, text = answer
+    try:
+        error = json.loads(text)["error"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return error.get("param") if status == 400 and error.get("code") in GUARD_CODES else None
+
+
+def in_app_job(cases: dict) -> str:
+    """The JSON the in-app script reads: the sweep (EFFECT_PROBES' bodies) and the release's cases."""
+    sweep = {name: {"model": "m", **body} for name, (body, _param) in EFFECT_PROBES.items()}
+    return json.dumps({"sweep": sweep, "cases": {name: [path, body] for name, (path, body, _) in cases.items()}})
+
+
+def check_in_app(got: dict, cases: dict, reached: str) -> None:
+    """Every sweep body refused on every POST route, naming its field; each case refused by the guarded app naming
+    its field (or, a control, passed on) while the bare app's own request model takes it: its answer contains
+    ``reached`` (what the route says when it runs without an engine)."""
+    assert {"/v1/chat/completions", "/v1/completions", "/tokenize"} <= set(got["routes"]), got["routes"]
+    for path in got["routes"]:
+        for name, (_body, param) in EFFECT_PROBES.items():
+            answer = got["sweep"][f"{path} {name}"]
+            assert guard_param(answer) == param, (path, name, answer)
+    for name, (_path, _body, param) in cases.items():
+        answer = got["cases"][name]
+        assert reached in answer["bare"][1], (name, "vLLM's own model refused it: not a control", answer["bare"])
+        if param is None:
+            assert reached in answer["guarded"][1], (name, answer["guarded"])
+        else:
+            assert guard_param(answer["guarded"]) == param, (name, answer["guarded"])
 
 
 @pytest.mark.parametrize(

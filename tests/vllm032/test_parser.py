@@ -28,6 +28,17 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks, state_checks, vllm_words
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import REQUEST_TEMPLATE_GUARD, vllm_args
 from test_vllm_args import TOPOLOGIES, group_state, scenario_vllm_argv
+from test_vllm_guard import (
+    ANTHROPIC_TOOL,
+    CHAT_TOOL,
+    HUGE_SCHEMA,
+    IN_APP_SCRIPT,
+    NAMED,
+    RESPONSES_TOOL,
+    check_in_app,
+    guard_fields,
+    in_app_job,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 STACK = "lts-580"
@@ -214,3 +225,102 @@ def test_the_desired_states_words_are_the_releases(parser_runs: dict[str, Any]) 
     assert parser_runs["__quantizations__"] == sorted(vllm_words.QUANTIZATIONS_0_32)
     assert stacks.STACKS[STACK].words.quantizations is vllm_words.QUANTIZATIONS_0_32
     assert set(stacks.STACKS[STACK].words.kv_cache_dtypes) == set(choices["kv_cache_dtype"])
+
+
+# vLLM 0.32.0's OpenAI app (launchers.app.build_app for the generate task, no engine) for
+# tests/unit/test_vllm_guard.py's IN_APP_SCRIPT. Without an engine a route whose request model took the body fails in
+# its handler, missing its serving object: "'State' object has no attribute ...".
+BUILD_APP = """
+from vllm.entrypoints.launchers.app import build_app
+from vllm.entrypoints.launchers.cli_args import make_arg_parser
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+def build(argv):
+    return build_app(make_arg_parser(FlexibleArgumentParser()).parse_args(argv), ("generate",))
+"""
+REACHED = "'State' object has no attribute"
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+MESSAGES = {"model": "m", "max_tokens": 4, "messages": CHAT["messages"]}  # the Anthropic API's
+# route, a body that route's own request model takes, and the field the guard names (None: a control it passes on)
+CASES = {
+    # guided decoding through tools (tool_parsers/utils.py 449-488), 90 times the bound
+    "tool_named": ("/v1/chat/completions", {**CHAT, "tools": [CHAT_TOOL], "tool_choice": NAMED}, "tools"),
+    "tool_required": ("/v1/chat/completions", {**CHAT, "tools": [CHAT_TOOL], "tool_choice": "required"}, "tools"),
+    "tool_none": ("/v1/chat/completions", {**CHAT, "tools": [CHAT_TOOL], "tool_choice": "none"}, None),
+    "responses_tool": ("/v1/responses", {"model": "m", "input": "hi", "tools": [RESPONSES_TOOL],
+                       "tool_choice": {"type": "function", "name": "f"}}, "tools"),
+    "anthropic_any": ("/v1/messages", {**MESSAGES, "tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "any"}}, "tools"),
+    "anthropic_none": ("/v1/messages", {**MESSAGES, "tools": [ANTHROPIC_TOOL], "tool_choice": {"type": "none"}}, None),
+    # 0.32.0's own guided fields
+    "structured_outputs": ("/v1/chat/completions", {**CHAT, "structured_outputs": {"json": HUGE_SCHEMA}},
+                           "structured_outputs"),
+    "structured_small": ("/v1/chat/completions", {**CHAT, "structured_outputs": {"regex": "a+"}}, None),
+    "responses_format": ("/v1/responses", {"model": "m", "input": "hi", "text": {"format": {
+                         "type": "json_schema", "name": "s", "schema": HUGE_SCHEMA}}}, "text.format"),
+    "responses_plain": ("/v1/responses", {"model": "m", "input": "hi", "text": {"format": {"type": "text"}}}, None),
+    "anthropic_format": ("/v1/messages", {**MESSAGES, "output_config": {"format": {
+                         "type": "json_schema", "schema": HUGE_SCHEMA}}}, "output_config.format"),
+    # fan-out: prompts under 0.32.0's own 1024 (completion/protocol.py 612-643), token-id lists, conversations, items
+    "prompt_list": ("/v1/completions", {"model": "m", "prompt": ["x"] * 1000}, "prompt"),
+    "token_prompts": ("/v1/completions", {"model": "m", "prompt": [[1, 2, 3]] * 9}, "prompt"),
+    "prompts_times_n": ("/v1/completions", {"model": "m", "prompt": ["x", "y"], "n": 8}, "prompt"),
+    "prompts_at_bound": ("/v1/completions", {"model": "m", "prompt": ["x"] * 8}, None),
+    "one_token_prompt": ("/v1/completions", {"model": "m", "prompt": list(range(1000)), "n": 8}, None),
+    "conversations": ("/v1/chat/completions/batch", {"model": "m", "messages": [CHAT["messages"]] * 9}, "messages"),
+    "conversations_at_bound": ("/v1/chat/completions/batch", {"model": "m", "messages": [CHAT["messages"]] * 8}, None),
+    "scoring_items": ("/generative_scoring", {"model": "m", "query": "q", "items": ["a"] * 9, "label_token_ids": [1]},
+                      "items"),
+    # the backend field the batch route still takes (chat_completion/protocol.py 1170)
+    "batch_backend": ("/v1/chat/completions/batch", {"model": "m", "messages": [CHAT["messages"]],
+                      "guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
+}  # fmt: skip
+
+
+def test_the_guard_bounds_each_effect_on_every_route_of_vllm_032s_app(vllm_python: Path) -> None:
+    """Every POST route of 0.32.0's app (responses, batch chat, Anthropic messages, scoring, ...) refuses each class of
+    tests/unit/test_vllm_guard.py's EFFECT_PROBES, naming the field; each case above is taken by 0.32.0's own request
+    model in the app without the guard (the control: it reaches the route's handler) and refused, or passed on, by the
+    app with it."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    env["PYTHONPATH"] = str(REPO / "roles" / "vllm_service" / "files")
+    script = IN_APP_SCRIPT.format(build=BUILD_APP, guard=REQUEST_TEMPLATE_GUARD)
+    out = subprocess.run(
+        [str(vllm_python), "-c", script], input=in_app_job(CASES), capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert {"/v1/responses", "/v1/chat/completions/batch", "/v1/messages", "/generative_scoring"} <= set(got["routes"])
+    check_in_app(got, CASES, REACHED)
+
+
+# Runs inside the venv: the fields of 0.32.0's request models, for every route the guard's fields reach.
+FIELDS = """
+import json
+from vllm.entrypoints.anthropic.protocol import AnthropicMessagesRequest
+from vllm.entrypoints.generate.generative_scoring.serving import GenerativeScoringRequest
+from vllm.entrypoints.generate.structured_decisions.protocol import StructuredDecisionRequest
+from vllm.entrypoints.openai.chat_completion.protocol import BatchChatCompletionRequest, ChatCompletionRequest
+from vllm.entrypoints.openai.completion.protocol import CompletionRequest
+from vllm.entrypoints.openai.responses.protocol import ResponsesRequest
+from vllm.entrypoints.scale_out.token_in_token_out.protocol import GenerateRequest
+from vllm.entrypoints.serve.tokenize.protocol import TokenizeChatRequest, TokenizeCompletionRequest
+models = (AnthropicMessagesRequest, GenerativeScoringRequest, StructuredDecisionRequest, BatchChatCompletionRequest,
+          ChatCompletionRequest, CompletionRequest, ResponsesRequest, GenerateRequest, TokenizeChatRequest,
+          TokenizeCompletionRequest)
+print(json.dumps(sorted({name for model in models for name in model.model_fields})))
+"""
+# The guided_* fields are gone from 0.32.0 (entrypoints/serve/engine/protocol.py 25-34); the guard keeps them for 0.7.3.
+ONLY_0_7_3 = {"guided_json", "guided_regex", "guided_grammar", "guided_choice", "guided_whitespace_pattern"}
+
+
+def test_the_fields_the_guard_reads_are_fields_of_0320s_request_models(vllm_python: Path) -> None:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "gpubox_vllm_guard", REPO / "roles/vllm_service/files/gpubox_vllm_guard.py"
+    )
+    guard = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(guard)
+    out = subprocess.run([str(vllm_python), "-c", FIELDS], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    fields = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert guard_fields(guard) - fields == ONLY_0_7_3, guard_fields(guard) - fields

@@ -23,6 +23,16 @@ import pytest
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import REQUEST_TEMPLATE_GUARD, vllm_args
 from test_vllm_args import TOPOLOGIES, group_state
+from test_vllm_guard import (
+    BOUND,
+    CHAT_TOOL,
+    IN_APP_SCRIPT,
+    NAMED,
+    check_in_app,
+    guard_fields,
+    in_app_job,
+    schema_of,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -377,11 +387,66 @@ def test_the_guard_knows_the_template_call_and_the_request_fields(vllm_python: P
     got = json.loads(out.stdout.strip().splitlines()[-1])
     named = {p for p in got["vllm"] + got["hf"] if p not in ("self", "kwargs")}
     assert named <= guard.TEMPLATE_CALL_PARAMETERS, named - guard.TEMPLATE_CALL_PARAMETERS
-    bounded = {
-        guard.TEMPLATE_FIELD,
-        guard.KWARGS_FIELD,
-        guard.MM_KWARGS_FIELD,
-        *guard.COUNT_FIELDS,
-        *guard.GUIDED_FIELDS,
-    }
-    assert bounded <= set(got["fields"]), bounded - set(got["fields"])
+    # Every field the guard reads is one of 0.7.3's, but for those only 0.32.0 has (tests/vllm032 checks them there).
+    assert guard_fields(guard) - set(got["fields"]) == ONLY_0_32, guard_fields(guard) - set(got["fields"])
+
+
+ONLY_0_32 = {"structured_outputs", "prompt_embeds", "text", "output_config", "items", "questions", "sampling_params"}
+
+
+# vLLM 0.7.3's OpenAI app (build_app, no engine) for tests/unit/test_vllm_guard.py's IN_APP_SCRIPT. Without an engine a
+# route whose request model took the body fails in its handler with starlette's plain 500: "Internal Server Error".
+BUILD_APP = """
+from vllm.entrypoints.openai.api_server import build_app
+from vllm.entrypoints.openai.cli_args import make_arg_parser
+from vllm.utils import FlexibleArgumentParser
+def build(argv):
+    return build_app(make_arg_parser(FlexibleArgumentParser()).parse_args(argv))
+"""
+REACHED = "Internal Server Error"
+CHAT = {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+HALF_SCHEMA = {"name": "s", "schema": schema_of(BOUND // 2)}
+# route, a body that route's own request model takes, and the field the guard names (None: a control it passes on)
+CASES = {
+    # guided decoding through a named tool's parameters (protocol.py 503-517), 90 times the bound
+    "tool_named": ("/v1/chat/completions", {**CHAT, "tools": [CHAT_TOOL], "tool_choice": NAMED}, "tools"),
+    "tool_named_invocations": ("/invocations", {**CHAT, "tools": [CHAT_TOOL], "tool_choice": NAMED}, "tools"),
+    "tool_none": ("/v1/chat/completions", {**CHAT, "tools": [CHAT_TOOL], "tool_choice": "none"}, None),
+    # two guided fields, each under the bound, one grammar over it
+    "guided_split": (
+        "/v1/chat/completions",
+        {**CHAT, "guided_regex": "a" * (BOUND // 2 + 1),
+         "response_format": {"type": "json_schema", "json_schema": HALF_SCHEMA}},
+        "response_format",
+    ),
+    "guided_one": ("/v1/chat/completions", {**CHAT, "guided_regex": "a" * (BOUND // 2 + 1)}, None),
+    # fan-out: prompts times n or best_of (serving_completion.py 118-152)
+    "prompt_list": ("/v1/completions", {"model": "m", "prompt": ["x"] * 300_000}, "prompt"),
+    "token_prompts": ("/v1/completions", {"model": "m", "prompt": [[1, 2, 3]] * 9}, "prompt"),
+    "prompts_times_n": ("/v1/completions", {"model": "m", "prompt": ["x", "y"], "n": 8}, "prompt"),
+    "prompts_best_of": ("/v1/completions", {"model": "m", "prompt": ["x", "y"], "best_of": 5}, "prompt"),
+    "prompts_at_bound": ("/v1/completions", {"model": "m", "prompt": ["x"] * 8}, None),
+    "one_token_prompt": ("/v1/completions", {"model": "m", "prompt": list(range(1000)), "n": 8}, None),
+    # the backend (protocol.py 338 and 714)
+    "backend": ("/v1/chat/completions", {**CHAT, "guided_regex": "a+", "guided_decoding_backend": "outlines"},
+                "guided_decoding_backend"),
+    "completion_backend": ("/v1/completions", {"model": "m", "prompt": "x", "guided_regex": "a+",
+                           "guided_decoding_backend": "lm-format-enforcer"}, "guided_decoding_backend"),
+    "backend_null": ("/v1/chat/completions", {**CHAT, "guided_regex": "a+", "guided_decoding_backend": None}, None),
+}  # fmt: skip
+
+
+def test_the_guard_bounds_each_effect_on_every_route_of_vllm_073s_app(vllm_python: Path) -> None:
+    """Every POST route of 0.7.3's app refuses each class of tests/unit/test_vllm_guard.py's EFFECT_PROBES, naming the
+    field; each case above is taken by 0.7.3's own request model in the app without the guard (the control: it
+    reaches the route's handler) and refused, or passed on, by the app with it."""
+    env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+    env["PYTHONPATH"] = str(REPO / "roles" / "vllm_service" / "files")
+    script = IN_APP_SCRIPT.format(build=BUILD_APP, guard=REQUEST_TEMPLATE_GUARD)
+    out = subprocess.run(
+        [str(vllm_python), "-c", script], input=in_app_job(CASES), capture_output=True, text=True, timeout=600, env=env
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "/v1/embeddings" in got["routes"] and "/invocations" in got["routes"], got["routes"]
+    check_in_app(got, CASES, REACHED)
