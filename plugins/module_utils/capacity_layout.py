@@ -318,9 +318,9 @@ def model_layout(model: dict, named: str, words: vllm_words.Release, errors: lis
             return False
         if attention == "mla":
             errors.append(
-                f"{named}: the planner does not model its attention (mla): multi-head latent attention caches one "
-                "compressed latent per token and layer, replicated on every GPU; serve a model with full, "
-                "sliding-window or hybrid attention"
+                f"{named}: the planner does not model its attention (mla, from gpubox_model_config or the catalog): "
+                "multi-head latent attention caches one compressed latent per token and layer, replicated on every "
+                "GPU; serve a model with full, sliding-window or hybrid attention"
             )
             return False
         if moe or attention != "full":

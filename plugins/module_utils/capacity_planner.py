@@ -97,6 +97,7 @@ from typing import Any
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_layout,
     capacity_v1,
+    capacity_weights,
     model_catalog,
     stacks,
     value_text,
@@ -112,9 +113,10 @@ ACTIVATION_FACTOR = 1.45
 SAMPLER_BYTES = 38  # per (sequence x vocab entry) for 1 or >= 128 sequences (bench/sampler_peak.py)
 SAMPLER_BYTES_SMALL_BATCH = 50  # 2-127 sequences: torch's other segmented-sort path
 SAMPLER_SMALL_BATCH = range(2, 128)
-BNB_4BIT_BYTES_PER_PARAM = 0.5 + 1 / 64 + 4 / (64 * 256)  # nf4 + uint8 absmax per 64 + fp32 per 256 blocks
-DEQUANTIZING_METHODS = ("bitsandbytes", "gguf")
-PREQUANTIZED_METHODS = ("awq", "awq_marlin", "gptq", "gptq_marlin", "gptq_marlin_24", "marlin", "gguf", "aqlm")
+BNB_4BIT_BYTES_PER_PARAM = capacity_weights.BNB_4BIT_BYTES_PER_PARAM
+DEQUANTIZING_METHODS = capacity_weights.DEQUANTIZING_METHODS
+PREQUANTIZED_METHODS = capacity_weights.PREQUANTIZED_METHODS
+linear_params = capacity_weights.linear_params
 ATTENTION_KINDS = capacity_layout.ATTENTION_KINDS
 NON_TORCH_BASE_GIB = 0.10
 NON_TORCH_PER_TP_GIB = 0.075
@@ -144,7 +146,7 @@ KV_MARGIN_WARN_GIB = 1.0
 # bfloat16, float and float32 (vllm/engine/arg_utils.py); bf16/fp16 are the spellings some configs use. fp8 is
 # a KV-cache dtype or a quantization, never a model dtype: an fp8 checkpoint says so in its quantization_config.
 MODEL_DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "bf16": 2, "fp16": 2, "float32": 4, "float": 4}
-KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1}
+KV_DTYPE_BYTES = {"fp8": 1, "fp8_e4m3": 1, "fp8_e5m2": 1, "float16": 2, "bfloat16": 2}
 DTYPE_BYTES = {**MODEL_DTYPE_BYTES, **KV_DTYPE_BYTES}
 
 # The largest value the planner takes for each kind of number (beyond these, nothing real and the float
@@ -217,6 +219,9 @@ class Plan:
     sampler_peak_gib: float = 0.0
     non_torch_gib: float = 0.0
     cudagraph_gib: float = 0.0
+    runner_buffers_gib: float = 0.0
+    sampler_warmup_gib: float = 0.0
+    warmup_headroom_gib: float = 0.0
     kv_cache_gib_per_gpu: float = 0.0
     kv_bytes_per_token_per_gpu: int = 0
     gpu_blocks: int = 0
@@ -308,7 +313,7 @@ def _model_facts(model: dict, errors: list[str], words: vllm_words.Release | Non
             else ""
         )
         errors.append(
-            f"{var('model.torch_dtype')} must be one of bfloat16, float16, float32 (vLLM 0.7.3's --dtype), got "
+            f"{var('model.torch_dtype')} must be one of bfloat16, float16, float32 (vLLM's --dtype), got "
             f"{_shown(raw_dtype)}: {hint}set it to the model's torch_dtype from config.json"
         )
         return None
@@ -335,46 +340,10 @@ def _model_facts(model: dict, errors: list[str], words: vllm_words.Release | Non
         quantization=quantization,
         layout=layout,
     )
-    weights, source = _checkpoint_weights(facts, model.get("weights_source"), errors)
+    weights, source = capacity_weights.checkpoint_weights(facts, model.get("weights_source"), errors, var)
     if weights is None:
         return None
     return replace(facts, weights_bytes=weights, weights_source=source)
-
-
-def linear_params(model: ModelFacts) -> int:
-    """Parameters of the attention and MLP projections (the layers quantization methods quantize)."""
-    q_out = model.heads * model.head_dim
-    kv_out = 2 * model.kv_heads * model.head_dim
-    per_layer = model.hidden * (q_out + kv_out) + q_out * model.hidden + 3 * model.hidden * model.intermediate
-    experts = model.layout.experts if model.layout else None
-    if not experts:
-        return model.layers * per_layer
-    # expert layers: every routed expert's gate, up and down projections, and the shared experts'
-    expert_mlp = 3 * model.hidden * (experts.routed * experts.intermediate + experts.shared)
-    dense_mlp = 3 * model.hidden * model.intermediate
-    return model.layers * per_layer + experts.moe_layers * (expert_mlp - dense_mlp)
-
-
-def _checkpoint_weights(model: ModelFacts, source: Any, errors: list[str]) -> tuple[int | None, str]:
-    """The bytes vLLM loads, and where the figure comes from (see the module docstring)."""
-    stated = source if isinstance(source, str) and source else "weights_bytes: the checkpoint's weight files"
-    method = model.quantization
-    unquantized_linear = linear_params(model) * model.dtype_bytes
-    if method == "bitsandbytes" and model.weights_bytes >= unquantized_linear:
-        loaded = model.weights_bytes - linear_params(model) * (model.dtype_bytes - BNB_4BIT_BYTES_PER_PARAM)
-        return int(loaded), (
-            f"bitsandbytes in-flight 4-bit: linear layers of the {model.weights_bytes:,} B checkpoint at "
-            f"{BNB_4BIT_BYTES_PER_PARAM * 8:.3f} bits per weight, the rest as stored"
-        )
-    if method in PREQUANTIZED_METHODS and model.weights_bytes >= unquantized_linear:
-        errors.append(
-            f"{var('model.quantization')} is {method} but the model's weights_bytes ({model.weights_bytes:,}) "
-            f"is as large as its unquantized linear layers ({unquantized_linear:,} B): {method} needs a "
-            "pre-quantized checkpoint; give the total size of its weight files as weights_bytes in "
-            "gpubox_model_config (or pick the quantized model id)"
-        )
-        return None, stated
-    return model.weights_bytes, stated
 
 
 def _gpu_facts(gpu: dict, errors: list[str]) -> GpuFacts | None:
@@ -399,8 +368,16 @@ def _gpu_facts(gpu: dict, errors: list[str]) -> GpuFacts | None:
 
 
 def _serving_facts(
-    serving: dict, model: ModelFacts | None, errors: list[str], engine: str = DEFAULT_ENGINE, large_gpu: bool = False
+    serving: dict,
+    model: ModelFacts | None,
+    errors: list[str],
+    engine: str = DEFAULT_ENGINE,
+    large_gpu: bool = False,
+    words: vllm_words.Release | None = None,
 ) -> ServingFacts | None:
+    words = words or words_of(engine)
+    # the release's KV dtypes the planner knows a width for, and its block sizes
+    kv_dtypes = tuple(d for d in words.kv_cache_dtypes if d == "auto" or d in DTYPE_BYTES)
     col = _Collector()
     tp = col.int_at_least(serving, "serving", "tensor_parallel_size", 1, "use 1, 2, 4 or 8", MAX_GPUS)
     pp = col.int_at_least(serving, "serving", "pipeline_parallel_size", 1, "use 1 unless you span hosts", MAX_GPUS)
@@ -443,17 +420,18 @@ def _serving_facts(
         )
 
     kv_dtype = "auto" if serving.get("kv_cache_dtype") is None else serving.get("kv_cache_dtype")
-    if kv_dtype not in KV_CACHE_DTYPES:
+    if kv_dtype not in kv_dtypes:
         col.errors.append(
-            f"{var('serving.kv_cache_dtype')} must be one of {', '.join(KV_CACHE_DTYPES)}, got {_shown(kv_dtype)}"
+            f"{var('serving.kv_cache_dtype')} must be one of {', '.join(kv_dtypes)} (vLLM {words.version}'s the "
+            f"planner sizes), got {_shown(kv_dtype)}"
         )
         kv_dtype = "auto"
 
     block_raw = serving.get("block_size")
     block = DEFAULT_BLOCK_SIZE if block_raw is None else block_raw
-    if block not in CUDA_BLOCK_SIZES or isinstance(block, bool):
+    if block not in words.block_sizes or isinstance(block, bool):
         col.errors.append(
-            f"{var('serving.block_size')} must be one of {CUDA_BLOCK_SIZES} on CUDA or null (16), "
+            f"{var('serving.block_size')} must be one of {words.block_sizes} on CUDA or null (16), "
             f"got {_shown(block_raw)}"
         )
         block = DEFAULT_BLOCK_SIZE
@@ -496,8 +474,10 @@ def mlp_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     per_token = 2 * model.hidden + 3 * model.intermediate / serving.tp
     peak = ACTIVATION_FACTOR * tokens * per_token * act_bytes
     experts = model.layout.experts if model.layout else None
-    if experts:  # the expert layers' fused-MoE live set; dense layers (if any) keep theirs
+    if experts:  # the expert layers' fused-MoE live set (V2: a persistent workspace); dense layers keep theirs
         moe = ACTIVATION_FACTOR * capacity_v1.moe_live_bytes(tokens, model.hidden, experts, serving.tp, act_bytes)
+        if serving.sampler == "v2":
+            moe = 2 * tokens * model.hidden * act_bytes
         peak = max(moe, peak if experts.moe_layers < model.layers else 0.0)
     if model.quantization in DEQUANTIZING_METHODS:
         peak += (model.hidden + tokens) * model.intermediate / serving.tp * act_bytes
@@ -561,15 +541,18 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     activation = activation_peak_bytes(model, serving)
     non_torch = non_torch_gib(serving) * GIB
     cudagraph = serving.cudagraph_gib * GIB
-    kv_bytes = budget - weights - activation - non_torch - cudagraph
+    buffers = capacity_v1.persistent_bytes(model, serving)
+    kv_bytes = budget - weights - activation - non_torch - cudagraph - buffers
     per_token = kv_bytes_per_token_per_gpu(model, serving)
     blocks = max(0, int(kv_bytes // (serving.block_size * per_token)))
     tokens = blocks * serving.block_size
+    requests = blocks / math.ceil(serving.max_model_len / serving.block_size)
     if model.layout is not None and serving.engine == "v1":  # vLLM 0.32's figure: requests that fit x max_model_len
-        per_request = capacity_v1.family_request_bytes(model, serving)
-        tokens = max(0, int(kv_bytes / per_request * serving.max_model_len))
+        per_request, per_block, request_blocks = capacity_v1.family_request_bytes(model, serving)
+        blocks = max(0, int(kv_bytes // per_block))
+        tokens = int(blocks / request_blocks * serving.max_model_len)
         per_token = max(1, round(per_request / serving.max_model_len))
-        blocks = tokens // serving.block_size
+        requests = blocks / request_blocks
 
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu = weights / GIB
@@ -580,6 +563,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     result.weights_source = model.weights_source
     result.non_torch_gib = non_torch / GIB
     result.cudagraph_gib = serving.cudagraph_gib
+    result.runner_buffers_gib = buffers / GIB
     result.engine = serving.engine
     result.kv_cache_gib_per_gpu = kv_bytes / GIB
     result.kv_bytes_per_token_per_gpu = per_token
@@ -602,6 +586,17 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
             f"{serving.max_model_len}: vLLM refuses to start; lower {len_name}, raise {util_name} or tp"
         )
 
+    warmup, headroom, rows = capacity_v1.warmup_check(
+        serving, model.vocab, requests, total_bytes, activation, cudagraph
+    )
+    result.sampler_warmup_gib, result.warmup_headroom_gib = warmup / GIB, headroom / GIB
+    if warmup > headroom and not result.errors:
+        result.errors.append(
+            f"vLLM's sampler warm-up after the KV cache is sized needs {warmup / GIB:.2f} GiB ({rows} rows x "
+            f"{model.vocab:,} vocabulary) outside the budget, but {util_name} {serving.utilization:.2f} leaves "
+            f"{headroom / GIB:.2f} GiB: the start fails out of memory; lower {util_name} or "
+            f"{var('serving.max_num_seqs')}"
+        )
     if serving.utilization >= UTILIZATION_WARN_AT and not serving.cudagraph_gib:
         result.warnings.append(
             f"{util_name} is {serving.utilization:.2f} (>= {UTILIZATION_WARN_AT}): CUDA-graph capture "
@@ -656,7 +651,7 @@ def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE, st
     model_facts = _model_facts(model, result.errors, words_of(engine, stack))
     gpu_facts = _gpu_facts(gpu, result.errors)
     large = bool(gpu_facts) and capacity_v1.is_large_gpu(gpu_facts.total_mib - gpu_facts.reserved_mib, gpu_facts.name)
-    serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large)
+    serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large, words_of(engine, stack))
     if model_facts and gpu_facts and serving_facts:
         result.errors.extend(_topology_errors(model_facts, gpu_facts, serving_facts))
         _capacity(model_facts, gpu_facts, serving_facts, result)
@@ -675,6 +670,7 @@ PLAN_ROWS = (
     ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),
     ("non-torch", "non_torch_gib", "{:.2f} GiB"),
     ("CUDA graphs (budget)", "cudagraph_gib", "{:.2f} GiB"),
+    ("runner buffers", "runner_buffers_gib", "{:.2f} GiB"),
     ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
     ("KV bytes/token/GPU", "kv_bytes_per_token_per_gpu", "{:d} B"),
     ("batched tokens", "max_num_batched_tokens", "{:d}"),

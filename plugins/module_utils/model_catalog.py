@@ -293,8 +293,9 @@ def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
     quantization = facts.get("quantization")
     if quantization is not None and quantization not in KNOWN_QUANTIZATIONS:
         raise ValueError(
-            f"{name}: quantization must be null or a method of a stack's vLLM ({', '.join(KNOWN_QUANTIZATIONS)}), "
-            f"got {quantization!r}"
+            f"{name}: quantization must be null or a method of a stack's vLLM (the quant_method of the checkpoint's "
+            f"quantization_config, e.g. awq, gptq, fp8, mxfp4; vllm_words.RELEASES lists each release's), got "
+            f"{str(quantization)[:40]!r}"
         )
     if not isinstance(facts["torch_dtype"], str) or facts["torch_dtype"].lower() not in _DTYPES:
         raise ValueError(

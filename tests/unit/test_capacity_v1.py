@@ -65,9 +65,11 @@ def test_v1_defaults_follow_the_gpu_and_chunked_prefill_is_on(mib: int, name: st
     serving = _serving(max_model_len=32768, max_num_seqs=None, tensor_parallel_size=1)
     result = capacity_planner.plan(model_catalog.catalog_model(LLAMA), _gpu(mib, 1, name), serving, "v1")
     assert result["max_num_batched_tokens"] == tokens
-    # vLLM 0.32's default sampler pass: 14 B per (sequence x vocab entry) and Triton's 132 scratch rows of fp32.
-    sampler = 14 * seqs * 128256 + 4 * 132 * 128256
+    # vLLM 0.32's Model Runner V2 profiling sampler: the bf16 logits and gumbel's partials (12 B per 1024 entries);
+    # its penalty counts (4 B per entry) and two bit masks are persistent, in the budget.
+    sampler = (2 + 12 / 1024) * seqs * 128256
     assert result["sampler_peak_gib"] == pytest.approx((sampler + tokens * 4096 * 2) / 2**30)
+    assert result["runner_buffers_gib"] == pytest.approx((4 * seqs * 128256 + 2 * seqs * 4008 * 4) / 2**30)
 
 
 @pytest.mark.parametrize(
@@ -98,10 +100,10 @@ def test_triton_scratch_is_a_power_of_two_of_rows_up_to_the_sm_count(seqs: int, 
 
 
 def test_the_v1_default_sampler_is_vllm_0_32s_and_each_case_states_its_own() -> None:
-    # vLLM 0.32.0's profiling run warms the native (Triton) sampler after FlashInfer's, so its peak is the Triton one.
-    assert capacity_v1.DEFAULT_SAMPLER == "native-triton"
+    # vLLM 0.32.0 runs Model Runner V2 unless told otherwise (vllm/config/vllm.py use_v2_model_runner).
+    assert capacity_v1.DEFAULT_SAMPLER == "v2"
     model = model_catalog.catalog_model(LLAMA)
-    stated = capacity_planner.plan(model, _gpu(), _serving(sampler="native-triton"), "v1")
+    stated = capacity_planner.plan(model, _gpu(), _serving(sampler="v2"), "v1")
     assert capacity_planner.plan(model, _gpu(), _serving(), "v1") == stated
     # V0 keeps its own sort path whatever the key says.
     assert capacity_planner.plan(model, _gpu(), _serving(sampler="flashinfer")) == capacity_planner.plan(

