@@ -17,6 +17,10 @@ Tenants (gpubox_tenants) with small limits: one request a minute with no burst, 
 - /metrics and /health answer the connection's own address, whatever X-Forwarded-For says (control: the
   same request against a file that reads the rewritten address is let in); a forwarded loopback address is
   refused (400); the access log names the tenant, never a key;
+- every error a client can cause (a request line over 8k or malformed, header fields too large or bad, a bad
+  body framing, TRACE, a body over the cap, plain HTTP on the TLS port) is JSON with its 4xx, and a slow client
+  gets the connection closed, never a page (controls: the old named error location answered nginx's HTML 500,
+  505 and 501; a forged client refused in the server block got nginx's HTML 400);
 - a key rotation (add, converge, retire, converge: two nginx reloads) under 32 streams drops none;
 - HAProxy (when installed) replaces a client's X-Forwarded-For with the address it saw, limits each client
   with its stick table, refuses an unknown key itself, and answers its own errors (429, 401, 404, 503) in JSON.
@@ -24,6 +28,7 @@ Tenants (gpubox_tenants) with small limits: one request a minute with no burst, 
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import http.server
 import json
@@ -536,12 +541,161 @@ def test_nginx_own_errors_are_json(front_door):
     assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
     status, ctype, body = _get(port, path="/metrics", source=STRANGER)
     assert status == 403 and _is_openai_error(status, ctype, body, "forbidden"), (status, body)
-    # A header larger than nginx's buffers (its 494, answered as 400).
+    # A header larger than nginx's buffers (its 494, answered as 431).
     status, ctype, body = _get(port, source=STRANGER, headers={"X-Large": "x" * 20000})
-    assert status == 400 and _is_openai_error(status, ctype, body, "bad_request"), (status, body)
+    assert status == 431 and _is_openai_error(status, ctype, body, "headers_too_large"), (status, body)
     # vLLM's own error passes through as vLLM wrote it.
     status, _, body = _get(port, path="/v1/unavailable", key=OPS_KEY)
     assert status == 503 and body["path"] == "/v1/unavailable", body
+
+
+# --------------------------------------------------------------------------- what a client can get wrong
+
+
+@contextlib.contextmanager
+def _front_door_with(tmp_path: Path, engine, edit) -> Iterator[int]:
+    """A front door of its own (the fixture's knobs) whose rendered file ``edit`` changed; its port."""
+    markers = Path(tempfile.mkdtemp(prefix="gpubox-gpu-health."))
+    markers.chmod(0o755)
+    proc, port = _start_front_door(tmp_path, engine.server_address[1], _front_door_knobs(markers), edit=edit)
+    try:
+        yield port
+    finally:
+        _stop(proc)
+        shutil.rmtree(markers, ignore_errors=True)
+
+
+def _swap(conf: str, pairs: list[tuple[str, str]]) -> str:
+    """``conf`` with each (new, old) pair's text put back as it was; each new text must be there."""
+    for new, old in pairs:
+        assert new in conf, new
+        conf = conf.replace(new, old)
+    return conf
+
+
+LONG = "a" * 9000
+KEYED = f"Authorization: Bearer {OPS_KEY}\r\n"
+# Every class of error a client can cause at the front door: (the request as sent, status, code). The request
+# lines nginx cannot read (too long, malformed) have no URI yet; the others fail on their header fields or body.
+CLIENT_ERRORS = {
+    "request line over 8k": (f"GET /v1/{LONG} HTTP/1.1\r\nHost: x\r\n", 414, "uri_too_long"),
+    "malformed request line": ("GET /v1/models HTTP/1.1 x\r\nHost: x\r\n", 400, "bad_request"),
+    "method with a bad character": ("G(T /v1/models HTTP/1.1\r\nHost: x\r\n", 400, "bad_request"),
+    "lower-case method": ("get /v1/models HTTP/1.1\r\nHost: x\r\n", 400, "bad_request"),
+    "CONNECT": ("CONNECT evil.example:443 HTTP/1.1\r\nHost: evil.example:443\r\n", 400, "bad_request"),
+    "asterisk form": ("OPTIONS * HTTP/1.1\r\nHost: x\r\n", 400, "bad_request"),
+    "path above the root": (f"GET /../v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}", 400, "bad_request"),
+    "NUL in the path": (f"GET /v1/mo%00dels HTTP/1.1\r\nHost: x\r\n{KEYED}", 400, "bad_request"),
+    "HTTP/2.0 request line": ("GET /v1/models HTTP/2.0\r\nHost: x\r\n", 400, "bad_request"),
+    "header field over 8k": (f"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: {LONG}\r\n", 431, "headers_too_large"),
+    "header fields over 4 x 8k": (
+        "GET /v1/models HTTP/1.1\r\nHost: x\r\n" + "".join(f"X-{i}: {'a' * 4000}\r\n" for i in range(12)),
+        431,
+        "headers_too_large",
+    ),
+    "header field with a NUL": ("GET /v1/models HTTP/1.1\r\nHost: x\r\nX-A: a\0b\r\n", 400, "bad_request"),
+    "unknown Transfer-Encoding": (
+        f"POST /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}Transfer-Encoding: gzip\r\n",
+        400,
+        "bad_request",
+    ),
+    "two Content-Length": (
+        f"POST /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: 1\r\nContent-Length: 2\r\n",
+        400,
+        "bad_request",
+    ),
+    "Content-Length not a number": (
+        f"POST /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: x\r\n",
+        400,
+        "bad_request",
+    ),
+    "Host with a slash": ("GET /v1/models HTTP/1.1\r\nHost: a/b\r\n", 400, "bad_request"),
+    "HTTP/1.1 without Host": (f"GET /v1/models HTTP/1.1\r\n{KEYED}", 400, "bad_request"),
+    "TRACE": (f"TRACE /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}", 405, "method_not_allowed"),
+    "body over every tenant's cap": (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: 9000000\r\n",
+        413,
+        "request_too_large",
+    ),
+}
+
+
+def _sent(head: str) -> bytes:
+    return (head + "Connection: close\r\n\r\n").encode("latin-1")
+
+
+@pytest.mark.parametrize("case", list(CLIENT_ERRORS))
+def test_every_error_a_client_can_cause_is_json_with_its_4xx(front_door, case):
+    head, expect, code = CLIENT_ERRORS[case]
+    seen = len(front_door["engine"].seen)
+    status, ctype, body = _raw_json(front_door["port"], _sent(head))
+    assert status == expect and _is_openai_error(status, ctype, body, code), (status, ctype, body)
+    assert len(front_door["engine"].seen) == seen  # nothing of it reached vLLM
+
+
+def test_plain_http_on_the_tls_port_is_json_and_no_tls_is_no_answer(front_door):
+    status, headers, body = _raw(front_door["port"], _sent("GET /v1/models HTTP/1.1\r\nHost: x\r\n"), tls=False)
+    assert status == 400 and _is_openai_error(status, headers["content-type"], json.loads(body), "bad_request")
+    # Bytes that are neither TLS nor HTTP: the handshake fails and nothing that reads as an HTTP answer comes back.
+    status, _, answer = _raw(front_door["port"], b"\x16\x03\x01\x00\x05hello" + b"x" * 64, tls=False)
+    assert status == 0 and b"HTTP/" not in answer and b"<html" not in answer, answer
+
+
+def _short_client_timeouts(conf: str) -> str:
+    """The file with nginx's client timeouts at 1 s (its defaults, which the file keeps, are 60 s)."""
+    return _swap(
+        conf, [("    access_log ", "    client_header_timeout 1s;\n    client_body_timeout 1s;\n    access_log ")]
+    )
+
+
+def test_a_slow_client_gets_the_connection_closed_never_a_page(tmp_path, engine):
+    # nginx answers neither a request whose header fields never end nor one whose body never comes whole: it
+    # closes the connection when its timeout (1 s here) passes, with nothing sent.
+    request = f"POST /v1/completions?probe-slow-body HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: 100\r\n\r\nabc"
+    with _front_door_with(tmp_path, engine, _short_client_timeouts) as port:
+        started = time.monotonic()
+        header = _raw(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n")
+        body = _raw(port, request.encode())
+        waited = time.monotonic() - started
+    assert header == (0, {}, b"") and body == (0, {}, b""), (header, body)
+    assert 2 <= waited < 8, waited  # each waited for the timeout, not refused at once
+    assert _reached(engine, "probe-slow-body") == []
+
+
+def _old_error_pages(conf: str) -> str:
+    """The file as it answered errors before: a named location, 494 as 400, no 501 or 505."""
+    return _swap(
+        conf,
+        [
+            ("error_page 400 401 403 404 405 408 413 414 429 500 502 503 504 /_gpubox_error;",
+             "error_page 400 401 403 404 405 408 413 414 429 500 502 503 504 @gpubox_error;"),
+            ("error_page 494 =431 /_gpubox_error;", "error_page 494 495 496 497 =400 @gpubox_error;"),
+            ("error_page 495 496 497 501 505 =400 /_gpubox_error;", ""),
+            ("location = /_gpubox_error {\n        internal;\n", "location @gpubox_error {\n"),
+        ],
+    )  # fmt: skip
+
+
+def test_control_the_named_error_location_answered_html_500_and_nginx_pages(tmp_path, engine):
+    with _front_door_with(tmp_path, engine, _old_error_pages) as port:
+        answers = {case: _raw_json(port, _sent(CLIENT_ERRORS[case][0])) for case in CLIENT_ERRORS}
+    # nginx could not redirect a request with no URI to the named location: its own HTML 500.
+    for case in ("request line over 8k", "malformed request line", "CONNECT", "NUL in the path"):
+        status, ctype, body = answers[case]
+        assert status == 500 and ctype == "text/html" and b"500 Internal Server Error" in body, (case, answers[case])
+    for case, status in (("HTTP/2.0 request line", 505), ("unknown Transfer-Encoding", 501)):
+        assert answers[case][:2] == (status, "text/html"), (case, answers[case])
+    assert answers["header field over 8k"][0] == 400
+
+
+def test_control_a_forged_client_refused_in_the_server_block_gets_nginx_html(tmp_path, engine):
+    # The server's rewrite directives run again on the redirect to /_gpubox_error: refused there a second time,
+    # the answer is nginx's own page. So each location refuses a forged client, never the server block.
+    refuse = "    if ($gpubox_forged_client) {\n        return 400;\n    }\n    access_log "
+    with _front_door_with(tmp_path, engine, lambda conf: _swap(conf, [("    access_log ", refuse)])) as port:
+        request = _http_get("/v1/models?probe-forged-server", OPS_KEY, "X-Forwarded-For: 127.0.0.1\r\n")
+        status, ctype, body = _raw_json(port, request, GATEWAY)
+    assert status == 400 and ctype == "text/html" and b"<html>" in body, (status, ctype, body)
 
 
 # --------------------------------------------------------------------------- rotation under load

@@ -175,7 +175,8 @@ def test_nginx_file_authenticates_limits_per_tenant_and_keeps_metrics_to_the_con
         assert "if ($gpubox_scraper = 0) {\n            return 403;" in block
         assert "allow" not in block and "deny" not in block
         assert proxy_pass.startswith(f" http://gpubox_vllm{path};")  # the path checked, not the one written
-    assert "location / {\n        return 404;" in conf
+    rest = conf.split("location / {", 1)[1].split("\n    }", 1)[0]
+    assert rest.endswith("\n        return 404;") and "proxy_pass" not in rest
     # Without a gateway in front, X-Forwarded-For is never believed.
     assert "set_real_ip_from" not in conf and "real_ip_header" not in conf
 
@@ -212,17 +213,27 @@ def test_nginx_file_believes_x_forwarded_for_from_the_gateway_only_and_answers_j
     ]
     # The last address only: the one the gateway appended, never one a client wrote before it.
     assert "real_ip_header X-Forwarded-For;" in lines and "real_ip_recursive off;" in lines
-    # A forwarded "localhost" is refused.
-    assert "if ($gpubox_forged_client) {" in lines
+    # A forwarded "localhost" is refused, in each location a client may ask for (never the server block, whose
+    # rewrite directives run again on the redirect to the error location).
+    server = conf.split("\nserver {", 1)[1]
+    assert "\n    if ($gpubox_forged_client)" not in server
+    for location in ("location /v1/ {", "location = /metrics {", "location = /health {", "location / {"):
+        block = server.split(location, 1)[1].split("\n    }", 1)[0]
+        assert block.startswith("\n        if ($gpubox_forged_client) {\n            return 400;"), location
     # Mozilla intermediate, TLS 1.2 and 1.3: AEAD suites with ECDHE/DHE only.
     (ciphers,) = [line.split()[1].rstrip(";") for line in lines if line.startswith("ssl_ciphers ")]
     assert ciphers.split(":")[0] == "ECDHE-ECDSA-AES128-GCM-SHA256"
     assert all(c.startswith(("ECDHE-", "DHE-")) and ("GCM" in c or "CHACHA20" in c) for c in ciphers.split(":"))
     assert "ssl_protocols TLSv1.2 TLSv1.3;" in lines and "ssl_session_tickets off;" in lines
-    # nginx's own errors go to one JSON location; the status stays the error's (no "=").
-    assert "error_page 400 401 403 404 405 408 413 414 429 500 502 503 504 @gpubox_error;" in lines
-    block = conf.split("location @gpubox_error {", 1)[1].split("\n    }", 1)[0]
-    assert "default_type application/json;" in block
+    # nginx's own errors go to one JSON location, by its URI (a request line nginx could not read has no URI, which
+    # a named location needs); the status stays the error's (no "="), but for nginx's own codes.
+    assert [line for line in lines if line.startswith("error_page")] == [
+        "error_page 400 401 403 404 405 408 413 414 429 500 502 503 504 /_gpubox_error;",
+        "error_page 494 =431 /_gpubox_error;",
+        "error_page 495 496 497 501 505 =400 /_gpubox_error;",
+    ]
+    block = conf.split("location = /_gpubox_error {", 1)[1].split("\n    }", 1)[0]
+    assert "internal;" in block and "default_type application/json;" in block
     body = block.split("return 200 '", 1)[1].split("'", 1)[0]
     assert body.startswith('{"error":{"message":"$gpubox_error_message","type":"$gpubox_error_type"')
     assert not any(line.startswith("proxy_intercept_errors") for line in lines)  # vLLM's own errors pass through
