@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Plan vLLM 0.7.3 GPU memory for the boxes of an inventory, offline (no box needed).
+"""Plan vLLM GPU memory for the boxes of an inventory, offline (no box needed).
 
     python tools/plan.py                                  # the topology groups of inventories/production
     python tools/plan.py -i inventories/production -l gpu_2x3090
@@ -273,7 +273,9 @@ def plan(values: Mapping[str, Any]) -> dict[str, Any]:
         model, gpu, serving = planner_inputs(values)
     except (model_catalog.UnknownModelError, ValueError, TypeError) as exc:
         raise PlanError(str(exc).strip("\"'")) from None
-    return capacity_planner.plan(model, gpu, serving, engine=stacks.engine_of(dict(values)))
+    return capacity_planner.plan(
+        model, gpu, serving, engine=stacks.engine_of(dict(values)), stack=dict(values).get("gpubox_stack")
+    )
 
 
 def readme_cells(result: Mapping[str, Any]) -> list[str]:
@@ -330,7 +332,7 @@ def load_group_vars(group: str, inventory: str | Path = INVENTORY) -> dict[str, 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        description="Plan vLLM 0.7.3 GPU memory for the boxes of an inventory, read as Ansible reads it."
+        description="Plan vLLM GPU memory for the boxes of an inventory, read as Ansible reads it."
     )
     parser.add_argument("target", nargs="?", help="a group or host (same as -l; kept for `plan.py gpu_2x3090`)")
     parser.add_argument("-i", "--inventory", default=str(INVENTORY), help="inventory (default: %(default)s)")

@@ -196,8 +196,9 @@ def _experts(config: dict[str, Any], layers: int) -> Experts | None:
     size_key = "moe_intermediate_size" if config.get("moe_intermediate_size") else "intermediate_size"
     intermediate = _int(config, size_key, fix)
     shared = 0
-    if config.get("shared_expert_intermediate_size"):
-        shared = _int(config, "shared_expert_intermediate_size", fix)
+    shared_key = next((k for k in ("shared_expert_intermediate_size", "shared_intermediate_size") if config.get(k)), "")
+    if shared_key:
+        shared = _int(config, shared_key, fix)
     elif config.get("n_shared_experts"):
         shared = _int(config, "n_shared_experts", fix) * intermediate
     dense = set(range(min(int(config.get("first_k_dense_replace") or 0), layers)))

@@ -183,6 +183,7 @@ class ModelFacts:
     quantization: str | None
     weights_source: str = ""
     layout: capacity_layout.Layout | None = None  # from config_json; None: every layer full attention, dense MLP
+    weights_loaded: bool = False  # weights_bytes is what vLLM logged as loaded (a calibration case), not the files
 
 
 @dataclass(frozen=True)
@@ -339,6 +340,7 @@ def _model_facts(model: dict, errors: list[str], words: vllm_words.Release | Non
         weights_bytes=model["weights_bytes"],
         quantization=quantization,
         layout=layout,
+        weights_loaded=model.get("weights_loaded") is True,
     )
     weights, source = capacity_weights.checkpoint_weights(facts, model.get("weights_source"), errors, var)
     if weights is None:
@@ -538,6 +540,8 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     total_bytes = (gpu.total_mib - gpu.reserved_mib) * MIB
     budget = total_bytes * serving.utilization
     weights = model.weights_bytes / (serving.tp * serving.pp) + rotary_cache_bytes(model)
+    if model.quantization in capacity_weights.MXFP4_METHODS and not model.weights_loaded:
+        weights += capacity_weights.marlin_mxfp4_padding(model, gpu.name, serving.tp) / serving.pp
     activation = activation_peak_bytes(model, serving)
     non_torch = non_torch_gib(serving) * GIB
     cudagraph = serving.cudagraph_gib * GIB

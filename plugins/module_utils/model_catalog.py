@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_layout, vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_layout, capacity_weights, vllm_words
 
 # Fields that must agree between a catalog entry and the downloaded config.json.
 CONFIG_FIELDS = (
@@ -490,3 +490,118 @@ def config_mismatches(catalog_entry: dict[str, Any], config_json: dict[str, Any]
             "planner models only full attention: fix the entry or gpubox_model_config"
         )
     return problems
+
+
+# --------------------------------------------------------------------------- families (the V1 engine plans them)
+# Each entry is the published config.json (config_json) read by the same reader as a downloaded one, and the size of
+# the checkpoint's weight files: measured where a source gives it, otherwise estimated from the shapes and the
+# quantization_config (capacity_weights.estimated_checkpoint_bytes, e.g. 61,063,823,360 B for Qwen3-30B-A3B against
+# the 61,064,216,576 B its safetensors headers hold); the downloaded files' total size replaces it on the box.
+_QWEN3_30B_A3B = {
+    "architectures": ["Qwen3MoeForCausalLM"],
+    "model_type": "qwen3_moe",
+    "hidden_size": 2048,
+    "intermediate_size": 6144,
+    "moe_intermediate_size": 768,
+    "num_experts": 128,
+    "num_experts_per_tok": 8,
+    "norm_topk_prob": True,
+    "decoder_sparse_step": 1,
+    "mlp_only_layers": [],
+    "num_hidden_layers": 48,
+    "num_attention_heads": 32,
+    "num_key_value_heads": 4,
+    "head_dim": 128,
+    "max_position_embeddings": 40960,
+    "sliding_window": None,
+    "use_sliding_window": False,
+    "rope_theta": 1000000.0,
+    "vocab_size": 151936,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+}
+_GPT_OSS_20B = {
+    "architectures": ["GptOssForCausalLM"],
+    "model_type": "gpt_oss",
+    "hidden_size": 2880,
+    "intermediate_size": 2880,
+    "num_local_experts": 32,
+    "num_experts_per_tok": 4,
+    "experts_per_token": 4,
+    "num_hidden_layers": 24,
+    "num_attention_heads": 64,
+    "num_key_value_heads": 8,
+    "head_dim": 64,
+    "layer_types": ["sliding_attention", "full_attention"] * 12,
+    "sliding_window": 128,
+    "max_position_embeddings": 131072,
+    "vocab_size": 201088,
+    "tie_word_embeddings": False,
+    "torch_dtype": "bfloat16",
+    "quantization_config": {
+        "quant_method": "mxfp4",
+        "modules_to_not_convert": [
+            "model.layers.*.self_attn",
+            "model.layers.*.mlp.router",
+            "model.embed_tokens",
+            "lm_head",
+        ],
+    },
+}
+_FAMILY_MODELS: dict[str, tuple[dict[str, Any], int | None, str, str]] = {
+    # id: (config.json, weights bytes or None to estimate, the oldest vLLM that serves it, sources)
+    "Qwen/Qwen3-30B-A3B": (
+        _QWEN3_30B_A3B,
+        61_064_216_576,
+        "0.8.4",
+        "Qwen/Qwen3-30B-A3B config.json (Qwen3MoeForCausalLM); weights: the bytes its safetensors headers hold "
+        "(flytomelight.github.io/llm-cal, Qwen3-30B-A3B); min_vllm: the release that added Qwen3 and Qwen3-MoE",
+    ),
+    "Qwen/Qwen3-30B-A3B-GPTQ-Int4": (
+        {**_QWEN3_30B_A3B, "quantization_config": {"quant_method": "gptq", "bits": 4, "group_size": 128}},
+        None,
+        "0.8.4",
+        "Qwen/Qwen3-30B-A3B's shapes; quantization_config as Qwen's GPTQ-Int4 checkpoints state it (4 bits, group "
+        "128; a public note gives about 16 GB of files); weights estimated from the shapes",
+    ),
+    "openai-mirror/gpt-oss-20b": (
+        _GPT_OSS_20B,
+        None,
+        "0.10.1",
+        "ModelScope's mirror of openai/gpt-oss-20b, its config.json (GptOssForCausalLM, MXFP4 experts, sliding "
+        "window 128 on every other layer); weights estimated from the shapes (12.80 GiB; OpenAI's model card: a "
+        "12.8 GiB checkpoint); min_vllm: the release that added gpt-oss",
+    ),
+    "openai-mirror/gpt-oss-120b": (
+        {
+            **_GPT_OSS_20B,
+            "num_hidden_layers": 36,
+            "num_local_experts": 128,
+            "layer_types": ["sliding_attention", "full_attention"] * 18,
+        },
+        None,
+        "0.10.1",
+        "ModelScope's mirror of openai/gpt-oss-120b: gpt-oss-20b's config with 36 layers and 128 experts (OpenAI's "
+        "model card); weights estimated from the shapes",
+    ),
+}
+
+
+def _family_entry(model_id: str) -> dict[str, Any]:
+    config, weights, needed, source = _FAMILY_MODELS[model_id]
+    text = capacity_layout.text_config(config)
+    found = capacity_layout.layout(config)
+    estimated = capacity_weights.estimated_checkpoint_bytes(text, found, config.get("quantization_config"))
+    entry = model_from_config_json(config, weights or estimated)
+    entry["weights_source"] = (
+        "the checkpoint's weight files"
+        if weights
+        else f"estimated from config.json shapes and quantization_config ({estimated:,} B); the downloaded files' "
+        "total size replaces it"
+    )
+    entry["min_vllm"] = needed
+    entry["source"] = source
+    return entry
+
+
+CATALOG.update({model_id: _family_entry(model_id) for model_id in _FAMILY_MODELS})

@@ -428,14 +428,17 @@ def _is_about(error: str, names: set[str]) -> bool:
 def _check_plan(facts: dict[str, Any], model: dict[str, Any] | None, refused: set[str], report: _Report) -> dict | None:
     gpu, serving = capacity_planner.inventory_inputs(facts)
     if model is not None and not refused:
-        result = capacity_planner.plan(model, gpu, serving, engine=stacks.engine_of(facts))
+        stack = facts.get("gpubox_stack")
+        result = capacity_planner.plan(model, gpu, serving, engine=stacks.engine_of(facts), stack=stack)
         report.errors.extend(result["errors"])
         report.warnings.extend(result["warnings"])
         return result
     # With a refused fact or no model facts there is no plan to show; what the planner finds about
     # the facts that were not refused is still reported (the missing model facts are not: the
     # unknown model is already reported).
-    result = capacity_planner.plan(model or {}, gpu, serving, engine=stacks.engine_of(facts))
+    result = capacity_planner.plan(
+        model or {}, gpu, serving, engine=stacks.engine_of(facts), stack=facts.get("gpubox_stack")
+    )
     model_prefix = f"{capacity_planner.var('model')}: model facts"
     report.errors.extend(
         e for e in result["errors"] if not e.startswith(model_prefix) and not _is_about(e, refused | {"None"})
