@@ -261,10 +261,12 @@ def start_gateway(
     log: Path | None = None,
     boxes: list[tuple[str, int, Path]] | None = None,
     keys: list[str] | None = None,
+    edit: Callable[[str], str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
     ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts (its pattern file;
-    [GATEWAY_KEY] when not given).
+    [GATEWAY_KEY] when not given); ``edit``: a change to the rendered file, for a test that shows what the file's
+    own setting prevents.
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
     haproxy = haproxy_binary()
@@ -296,6 +298,7 @@ def start_gateway(
         # Not what is tested, and a test may not run as root: no chroot, no switch of user.
         lines = conf.splitlines()
         conf = "\n".join(line for line in lines if line.split()[:1] not in (["chroot"], ["user"], ["group"]))
+        conf = edit(conf) if edit else conf
         (tmp / "haproxy.cfg").write_text(conf + "\n")
         check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr

@@ -286,6 +286,7 @@ def fetch_listing(
             http_agent="gpubox",
             timeout=timeout,
             ca_path=cafile,
+            validate_certs=True,  # https: the hub's certificate is checked (the model lock trusts no other)
             use_netrc=False,
             follow_redirects="none",  # a listing comes from the endpoint itself, never from elsewhere
         )

@@ -14,6 +14,13 @@ The file is JSON (readable and diffable; YAML readers take it too)::
      "models": {"OWNER/NAME@master": {"commit": "<40 hex>", "endpoint": "https://www.modelscope.cn",
                                       "content_sha256": "<64 hex>", "files": 12, "total_bytes": 29540000000}}}
 
+Where an answer may come from (design.md, Trust boundaries): the hub over verified TLS, never the LAN cache.
+``make lock-models`` asks ``model_store_endpoint`` itself, never the cache in front of it; a converge writes an
+entry only when the box fetched from the hub directly. Each answer carries the endpoint it came from (recorded
+as the entry's ``endpoint``) and the cache the box would use: :func:`merge_lock` refuses an answer that came
+through the cache or from plain http (unless that box's ``model_store_lock_allow_http``, a test hub), and
+refuses to write anything when the boxes answered one key differently, naming each box's answer.
+
 ``content_sha256`` pins the content, not only its name: the sha256 of the listing's model id, commit and
 every file's path, size and sha256 (hub_listing.content_sha256). Every converge refuses content whose
 digest differs, whatever the channel (https hub, http mirror, LAN cache): a hub or cache that publishes
@@ -34,6 +41,7 @@ import json.scanner
 import os
 import re
 from typing import Any
+from urllib.parse import urlsplit
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils.hub_listing import SHA256_RE, is_commit
 
@@ -237,21 +245,95 @@ def render_lock(entries: dict[str, dict[str, Any]]) -> str:
     return json.dumps(body, indent=2, sort_keys=False) + "\n"
 
 
+def _where(item: dict[str, Any]) -> str:
+    return f"box {item.get('host') or '?'}"
+
+
+def _origin(url: str) -> tuple[str, str, int | None]:
+    """(scheme, host, port) of a URL, the port made explicit, for comparing two spellings of one server."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or {"http": 80, "https": 443}.get(parts.scheme.lower())
+    except ValueError:
+        return (url, "", None)
+    return (parts.scheme.lower(), (parts.hostname or "").lower(), port)
+
+
+def _is_true(value: Any) -> bool:
+    return value is True or str(value).strip().lower() in ("true", "yes", "1")
+
+
+def check_source(item: dict[str, Any], key: str) -> None:
+    """An answer may be locked only when it came from the hub itself over https (verified TLS: the listing's
+    fetch checks the certificate), never through the LAN cache (``cache_endpoint``, the cache the box
+    uses); plain http only where the box allows it (``allow_http``: model_store_lock_allow_http, a test hub)."""
+    endpoint = str(item.get("endpoint") or "").strip().rstrip("/")
+    cache = str(item.get("cache_endpoint") or "").strip().rstrip("/")
+    if cache and _origin(endpoint) == _origin(cache):
+        raise LockError(
+            f"the answer for {key} ({_where(item)}) came through the LAN cache {cache}: a model lock is written only "
+            "from the hub over verified TLS, never from the cache, and nothing was written. Run make lock-models, "
+            "which asks the hub (model_store_endpoint) directly"
+        )
+    scheme = urlsplit(endpoint).scheme.lower()
+    if scheme != "https" and not (scheme == "http" and _is_true(item.get("allow_http"))):
+        raise LockError(
+            f"the answer for {key} ({_where(item)}) came from {endpoint or 'an endpoint it does not name'}, not an "
+            "https hub: a model lock is written only from the hub over verified TLS, and nothing was written. Set "
+            "model_store_endpoint to the https hub (model_store_lock_allow_http: true is for a test hub only)"
+        )
+
+
+def check_agreement(resolved: list[dict[str, Any]]) -> None:
+    """Refuse, writing nothing, when the boxes answered one key with more than one commit or content: which
+    answer would be locked is then an accident of order. Names each answer, its boxes and its endpoint."""
+    answers: dict[str, dict[tuple[Any, Any], list[dict[str, Any]]]] = {}
+    for item in resolved:
+        key = lock_key(str(item.get("model_id")), str(item.get("revision")))
+        answer = (item.get("commit"), item.get("content_sha256") or None)
+        answers.setdefault(key, {}).setdefault(answer, []).append(item)
+    for key, found in sorted(answers.items()):
+        if len(found) < 2:
+            continue
+        said = "; ".join(
+            _answer_text(commit, content, items)
+            for (commit, content), items in sorted(found.items(), key=lambda kv: str(kv[0]))
+        )
+        raise LockError(
+            f"the boxes disagree on {key}, so nothing was written: {said}. The hub moved while they asked, or they "
+            "ask different hubs (model_store_endpoint): re-run make lock-models, or lock from one box (LIMIT=box), "
+            "and check the endpoints"
+        )
+
+
+def _answer_text(commit: Any, content: Any, items: list[dict[str, Any]]) -> str:
+    boxes = ", ".join(sorted(str(i.get("host") or "?") for i in items))
+    endpoints = ", ".join(sorted({str(i.get("endpoint") or "?") for i in items}))
+    return f"{boxes} got commit {commit} (content_sha256 {content or 'none'}, from {endpoints})"
+
+
 def merge_lock(
     entries: dict[str, dict[str, Any]], resolved: list[dict[str, Any]], replace: bool
 ) -> tuple[dict[str, dict[str, Any]], list[str]]:
-    """entries with each resolved {model_id, revision, commit, endpoint, content_sha256, files,
-    total_bytes} added (or, with replace, updated); returns the new entries and the keys that changed.
-    A commit revision is locked for its content only; a resolved commit that is not a commit id (a
-    listing that named none) is refused, and so is a content digest that is not 64 hex digits."""
+    """entries with each resolved {model_id, revision, commit, endpoint, content_sha256, files, total_bytes,
+    host, cache_endpoint, allow_http} added (or, with replace, updated); returns the new entries and the keys
+    that changed. A commit revision is locked for its content only; a resolved commit that is not a commit id
+    (a listing that named none) is refused, and so is a content digest that is not 64 hex digits, an answer
+    that did not come from the hub over https (check_source) and boxes that disagree (check_agreement)."""
     out = {k: dict(v) for k, v in entries.items()}
     changed = []
+    lockable = []
     for item in resolved:
-        model_id, revision, commit = item.get("model_id"), item.get("revision"), item.get("commit")
+        model_id, revision = item.get("model_id"), item.get("revision")
         if not isinstance(model_id, str) or not isinstance(revision, str):
             continue
         if is_commit(revision) and not item.get("content_sha256"):
             continue  # a commit revision needs an entry only to pin its content
+        check_source(item, lock_key(model_id, revision))
+        lockable.append(item)
+    check_agreement(lockable)
+    for item in lockable:
+        model_id, revision, commit = item["model_id"], item["revision"], item.get("commit")
         if not is_commit(commit):
             raise LockError(
                 f"the hub's listing of {model_id}@{revision} names no commit id (got {commit!r}), so nothing can be "
@@ -262,7 +344,7 @@ def merge_lock(
             continue
         if is_commit(revision) and commit != revision:
             raise LockError(f"the hub's listing of {model_id}@{revision} names another commit {commit!r}: not locked")
-        entry = {"commit": commit, "endpoint": str(item.get("endpoint") or "")}
+        entry = {"commit": commit, "endpoint": str(item.get("endpoint") or "").strip().rstrip("/")}
         content = item.get("content_sha256")
         if content not in (None, ""):
             if not is_sha256(content):

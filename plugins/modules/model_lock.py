@@ -14,6 +14,10 @@ description:
     keyed C(OWNER/NAME@REVISION), holding the commit the hub's listing named and its content
     (C(content_sha256), C(files), C(total_bytes)). A revision that is already a commit id gets an entry
     only for its content. The file is written whole (temp file, rename) and only when an entry changes.
+  - Each item is an answer of the hub as one box got it. An answer that came through the LAN cache (its
+    C(endpoint) is the item's C(cache_endpoint)) or over plain http (unless the item's C(allow_http)) is
+    refused, and so are boxes whose answers for one key differ (commit or content): the message names each
+    answer and its boxes, and nothing is written.
   - Runs where the lock file lives, the controller (delegated to localhost).
 options:
   path:
@@ -21,7 +25,10 @@ options:
     type: path
     required: true
   resolved:
-    description: Items with C(model_id), C(revision), C(commit) (read from the hub) and C(endpoint).
+    description:
+      - Items with C(model_id), C(revision), C(commit), C(content_sha256), C(files), C(total_bytes) (read from
+        the hub), C(endpoint) (where the listing came from), C(host) (the box that asked), C(cache_endpoint) (the
+        LAN cache that box uses, '' for none) and C(allow_http) (model_store_lock_allow_http).
     type: list
     elements: dict
     required: true
@@ -45,7 +52,8 @@ EXAMPLES = r"""
   gpubox.gpubox.model_lock:
     path: inventories/production/models.lock.json
     resolved:
-      - {model_id: Qwen/Qwen2.5-7B-Instruct, revision: master, commit: "{{ result.commit }}", endpoint: https://www.modelscope.cn}
+      - {model_id: Qwen/Qwen2.5-7B-Instruct, revision: master, commit: "{{ result.commit }}", endpoint: https://www.modelscope.cn,
+         content_sha256: "{{ result.content_sha256 }}", host: "{{ inventory_hostname }}", cache_endpoint: ""}
   delegate_to: localhost
 """
 

@@ -23,7 +23,11 @@ Tenants (gpubox_tenants) with small limits: one request a minute with no burst, 
   505 and 501; a forged client refused in the server block got nginx's HTML 400);
 - a key rotation (add, converge, retire, converge: two nginx reloads) under 32 streams drops none;
 - HAProxy (when installed) replaces a client's X-Forwarded-For with the address it saw, limits each client
-  with its stick table, refuses an unknown key itself, and answers its own errors (429, 401, 404, 503) in JSON.
+  with its stick table, refuses an unknown key itself, and answers its own errors (429, 401, 404, 503) in JSON;
+  it has a JSON answer for every status it takes in http-error (asked of the binary), refuses a path the box
+  would read as another (control: without the refusal a key's /v1/../metrics reached the engine's /metrics),
+  and answers what its parser refuses before a request exists with its built-in page (HAProxy 2.6 lets no
+  configuration change that page; docs/facts.md).
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ import contextlib
 import http.client
 import http.server
 import json
+import re
 import shutil
 import socket
 import ssl
@@ -84,9 +89,11 @@ def _start_front_door(tmp: Path, engine: int, knobs: dict, **kwargs: Any) -> tup
         pytest.fail(str(exc))
 
 
-def _start_gateway(tmp: Path, box_port: int, box_cert: Path, knobs: dict) -> tuple[subprocess.Popen, int]:
+def _start_gateway(
+    tmp: Path, box_port: int, box_cert: Path, knobs: dict, **kwargs: Any
+) -> tuple[subprocess.Popen, int]:
     try:
-        return live_proxies.start_gateway(tmp, box_port, box_cert, knobs)
+        return live_proxies.start_gateway(tmp, box_port, box_cert, knobs, **kwargs)
     except live_proxies.Missing as exc:
         pytest.fail(str(exc))
 
@@ -797,7 +804,7 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[d
             {"llm_gateway_rate_per_client": 3, "llm_gateway_rate_period_s": 10},
         )  # fmt: skip
         try:
-            yield {"port": port, "box_dir": box_dir}
+            yield {"port": port, "box_dir": box_dir, "box_port": box_port}
         finally:
             _stop(proc)
     finally:
@@ -838,8 +845,9 @@ def test_the_gateway_limits_each_client_and_its_429_is_json(gateway):
 
 def test_the_gateways_own_answers_are_json(gateway):
     port = gateway["port"]
-    status, ctype, body = _get(port, source="127.0.0.6", headers={"Authorization": "Bearer wrong"})
-    assert status == 401 and _is_openai_error(status, ctype, body, "invalid_api_key"), (status, body)
+    status, resp, body = _request(port, source="127.0.0.6", headers={"Authorization": "Bearer wrong"})
+    assert status == 401 and _is_openai_error(status, resp.getheader("Content-Type"), body, "invalid_api_key")
+    assert resp.getheader("WWW-Authenticate") == "Bearer"
     status, ctype, body = _get(port, path="/version", source="127.0.0.6", headers=KEY)
     assert status == 404 and _is_openai_error(status, ctype, body, "not_found"), (status, body)
     assert "live-gateway-key" not in (gateway["box_dir"] / "access.log").read_text()
@@ -854,3 +862,118 @@ def test_no_box_up_is_a_json_503(tmp_path, engine):
     finally:
         _stop(proc)
     assert status == 503 and _is_openai_error(status, ctype, body, "unavailable"), (status, ctype, body)
+
+
+# (what the client writes, what the box's nginx would read it as): a path not in its normal form.
+GATEWAY_PATHS = [
+    ("/v1/../metrics?probe-gw-path-1", "/metrics"),
+    ("/v1/..%2Fmetrics?probe-gw-path-2", "/metrics"),
+    ("/v1/%2e%2e/health?probe-gw-path-3", "/health"),
+    ("/v1/%2E%2E%2Fhealth?probe-gw-path-4", "/health"),
+    ("/v1/x%2F..%2F..%2Fmetrics?probe-gw-path-5", "/metrics"),
+    ("/v1/./models?probe-gw-path-6", "/v1/models"),
+    ("/v1/models/..?probe-gw-path-7", "/v1/"),
+    ("https://localhost/v1/../metrics?probe-gw-path-8", "/metrics"),
+]
+
+
+@pytest.mark.parametrize(("n", "sent"), [(n, sent) for n, (sent, _) in enumerate(GATEWAY_PATHS)])
+def test_the_gateway_refuses_a_path_the_box_would_read_as_another(gateway, engine, n, sent):
+    # Each from its own address (the fixture's gateway allows 3 requests a client in 10 s).
+    status, ctype, body = _raw_json(gateway["port"], _http_get(sent, GATEWAY_KEY), f"127.0.1.{n + 1}")
+    assert status == 400 and _is_openai_error(status, ctype, body, "path_not_normal"), (status, body)
+    assert _reached(engine, sent.rsplit("?", 1)[1]) == []
+
+
+def test_control_without_the_refusal_a_key_for_v1_reached_the_engines_metrics(tmp_path, gateway, engine):
+    # The gateway judged "/v1/../metrics" by its /v1/ prefix; the box read /metrics, from the gateway's address,
+    # which its scrape networks may hold (loopback here, a Prometheus on the gateway host in a fleet).
+    box_cert = gateway["box_dir"] / "tls.crt"
+    proc, port = _start_gateway(tmp_path / "gateway", gateway["box_port"], box_cert, {}, edit=_without_path_refusal)
+    try:
+        status, _, body = _raw_json(port, _http_get("/v1/../metrics?probe-gw-old-path", GATEWAY_KEY), "127.0.2.1")
+    finally:
+        _stop(proc)
+    assert status == 200 and body["path"] == "/metrics?probe-gw-old-path", (status, body)
+
+
+def _without_path_refusal(conf: str) -> str:
+    """The gateway's file without its refusal of a path not in its normal form, as it was."""
+    lines = conf.splitlines(keepends=True)
+    refusal = [line for line in lines if line.rstrip().endswith(" if gpubox_path_not_normal")]
+    assert len(refusal) == 1, refusal
+    return "".join(line for line in lines if line not in refusal)
+
+
+def _http_error_statuses(haproxy: str, tmp: Path) -> set[int]:
+    """The statuses this HAProxy takes in http-error (it refuses the others), asked of the binary itself in
+    batches of 40 (it stops at 50 errors)."""
+    taken: set[int] = set()
+    for first in range(400, 600, 40):
+        codes = range(first, min(first + 40, 600))
+        lines = "".join(f'    http-error status {code} content-type application/json string "{{}}"\n' for code in codes)
+        conf = tmp / f"statuses-{first}.cfg"
+        conf.write_text(f"defaults\n    mode http\n{lines}")
+        check = subprocess.run([haproxy, "-c", "-f", str(conf)], capture_output=True, text=True)
+        refused = {int(code) for code in re.findall(r"status code '(\d+)' not handled", check.stdout + check.stderr)}
+        assert check.returncode == 0 or refused, check.stdout + check.stderr
+        taken |= set(codes) - refused
+    return taken
+
+
+def test_every_error_status_haproxy_can_answer_itself_has_its_json(tmp_path):
+    try:
+        haproxy = live_proxies.haproxy_binary()
+    except live_proxies.Missing as exc:
+        pytest.fail(str(exc))
+    knobs = {"__llm_gateway_servers": []}
+    conf = live_proxies.render("unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), (), knobs)
+    errors = [line.split(None, 3)[2:] for line in conf.splitlines() if line.strip().startswith("http-error ")]
+    assert {int(status) for status, _ in errors} == _http_error_statuses(haproxy, tmp_path)
+    for status, rest in errors:
+        assert rest.startswith("content-type application/json string "), (status, rest)
+        body = re.match(r'content-type application/json string "((?:[^"\\]|\\.)*)"', rest).group(1)
+        error = json.loads(body.replace('\\"', '"'))["error"]
+        assert set(error) == {"message", "type", "code"} and all(error.values()), (status, error)
+
+
+def _short_request_timeout(conf: str) -> str:
+    return _swap(conf, [("timeout http-request 30s", "timeout http-request 1s")])
+
+
+def test_haproxy_answers_in_json_once_it_has_read_a_request_and_with_its_own_page_before(tmp_path, gateway, engine):
+    # What HAProxy 2.6's HTTP/1 parser refuses before a request exists (a malformed request line or header field,
+    # header fields over its buffer, a first request not complete in time) it answers with its built-in page,
+    # whatever the file says (docs/facts.md, "nginx and HAProxy"): the status is right, the body is not ours.
+    box_cert = gateway["box_dir"] / "tls.crt"
+    proc, port = _start_gateway(tmp_path / "gateway", gateway["box_port"], box_cert, {}, edit=_short_request_timeout)
+    try:
+        body_late = _raw_json(
+            port,
+            f"POST /v1/completions?probe-gw-late HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: 100\r\n\r\nabc".encode(),
+        )
+        parser = {
+            "malformed request line": _raw(port, _sent("GET /v1/models HTTP/1.1 x\r\nHost: x\r\n"), "127.0.3.1"),
+            "header fields over its buffer": _raw(
+                port, _sent(f"GET /v1/models HTTP/1.1\r\nX: {'a' * 20000}\r\n"), "127.0.3.2"
+            ),
+            "header fields never end": _raw(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n", "127.0.3.3"),
+        }
+        plain = _raw(port, _sent("GET /v1/models HTTP/1.1\r\nHost: x\r\n"), "127.0.3.4", tls=False)
+    finally:
+        _stop(proc)
+    # A body that never comes whole: the request exists, its 408 is ours.
+    assert body_late[0] == 408 and _is_openai_error(*body_late, "request_timeout"), body_late
+    assert _reached(engine, "probe-gw-late") == []
+    for case, expect in (
+        ("malformed request line", 400),
+        ("header fields over its buffer", 400),
+        ("header fields never end", 408),
+    ):
+        status, headers, body = parser[case]
+        assert status == expect and headers["content-type"] == "text/html" and body.startswith(b"<html>"), (
+            case,
+            parser[case],
+        )
+    # Plain HTTP on the TLS port: the handshake fails, the connection closes, nothing comes back.
+    assert plain == (0, {}, b""), plain

@@ -195,11 +195,13 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
     assert ciphers.split(":")[0] == "ECDHE-ECDSA-AES128-GCM-SHA256" and "CBC" not in ciphers and ":AES" not in ciphers
     assert f"ssl-default-bind-ciphers {ciphers}" in lines and f"ssl-default-server-ciphers {ciphers}" in lines
     assert "ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets" in lines
-    # Every error HAProxy answers itself is OpenAI-style JSON.
+    # Every error HAProxy answers itself is OpenAI-style JSON: one http-error for each status HAProxy 2.6 takes there
+    # (tests/integration/test_front_door_live.py asks the binary which), and the refusal of a path not normal.
     answers = [x for x in lines if x.startswith(("http-error status ", "http-request return status "))]
     assert sorted(int(x.split()[2] if x.startswith("http-error") else x.split()[3]) for x in answers) == [
-        400, 401, 403, 404, 408, 429, 500, 502, 503, 504,
+        400, 400, 401, 403, 404, 405, 407, 408, 410, 413, 421, 422, 425, 429, 500, 501, 502, 503, 504,
     ]  # fmt: skip
+    assert next(x for x in answers if x.startswith("http-error status 401 ")).endswith(" hdr WWW-Authenticate Bearer")
     for line in answers:
         assert "content-type application/json string " in line, line
         body = json.loads(re.search(r' string "((?:[^"\\]|\\.)*)"', line).group(1).replace('\\"', '"'))
@@ -210,8 +212,15 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
     assert (
         frontend.index("http-request track-sc0 src")
         < frontend.index("http-request deny deny_status 429 if { sc_http_req_rate(0) gt 200 }")
-        < next(i for i, x in enumerate(frontend) if x.startswith("http-request return status 401"))
+        < next(i for i, x in enumerate(frontend) if x.endswith(" if gpubox_path_not_normal"))
+        < frontend.index("http-request deny deny_status 404 unless { path_beg /v1/ }")
+        < frontend.index("http-request deny deny_status 401 unless gpubox_key_ok")
     )
+    # A path the box's nginx would read as another (a dot-segment, a percent-encoded "." or "/") never passes.
+    assert [x for x in frontend if x.startswith("acl gpubox_path_not_normal ")] == [
+        "acl gpubox_path_not_normal path_sub -i /./ /../ %2e %2f",
+        "acl gpubox_path_not_normal path_end /. /..",
+    ]
     written = "http-request set-header X-Forwarded-For %[src] unless { src 127.0.0.1 ::1 ::ffff:127.0.0.1 }"
     assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index(written)
     assert "option forwardfor" not in frontend

@@ -6,7 +6,9 @@ was resolved to, read from a lock file beside the inventory, until the lock is c
   gpubox_model_commit / gpubox_model_fetch_revision; a commit revision needs no entry;
 - preflight warns about a branch with no entry and not about a locked or commit revision;
 - the model_lock module (through `ansible localhost`, in tests/integration/test_modules.py) adds missing
-  entries, replaces only when asked, writes only on a change and never locks a listing's content id.
+  entries, replaces only when asked, writes only on a change and never locks a listing's content id;
+- an answer is locked only from the hub over https, never through the LAN cache, and boxes that disagree
+  are refused naming each answer; make lock-models itself, for real: tests/integration/test_lock_models.py.
 The molecule scenario serving (its day-two side effect) proves the same end to end on a box with the test hub.
 """
 
@@ -25,6 +27,13 @@ A = "a" * 40
 B = "0123456789abcdef0123456789abcdef01234567"
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 C = "c" * 64
+D = "d" * 64
+HUB = "https://hub.example"
+
+
+def answer(commit: str = A, revision: str = "master", **more) -> dict:
+    """One box's answer from the hub, as resolve.yml and the model store note it for model_lock."""
+    return {"model_id": MODEL, "revision": revision, "commit": commit, "endpoint": HUB, "host": "box1", **more}
 
 
 def state(extra: dict) -> dict:
@@ -39,31 +48,91 @@ def write(path: Path, entries: dict) -> Path:
 
 
 def test_lock_round_trips_and_merges() -> None:
-    entries, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": A}], False)
-    assert changed == [f"{MODEL}@master"]
+    entries, changed = lock_file.merge_lock({}, [answer(A)], False)
+    assert changed == [f"{MODEL}@master"] and entries[f"{MODEL}@master"] == {"commit": A, "endpoint": HUB}
     assert lock_file.parse_lock(lock_file.render_lock(entries), "x") == entries
     # a converge adds only what is missing; make lock-models replaces
-    same, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], False)
+    same, changed = lock_file.merge_lock(entries, [answer(B)], False)
     assert same == entries and changed == []
-    moved, changed = lock_file.merge_lock(entries, [{"model_id": MODEL, "revision": "master", "commit": B}], True)
+    moved, changed = lock_file.merge_lock(entries, [answer(B)], True)
     assert moved[f"{MODEL}@master"]["commit"] == B and changed == [f"{MODEL}@master"]
     # a commit revision is not locked for its commit alone ...
-    kept, changed = lock_file.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": A}], True)
+    kept, changed = lock_file.merge_lock({}, [answer(A, revision=A)], True)
     assert kept == {} and changed == []
     # ... only to pin its content (content_sha256)
-    pinned, changed = lock_file.merge_lock(
-        {}, [{"model_id": MODEL, "revision": A, "commit": A, "content_sha256": "c" * 64, "files": 3}], True
-    )
-    assert pinned[f"{MODEL}@{A}"]["content_sha256"] == "c" * 64 and changed == [f"{MODEL}@{A}"]
+    pinned, changed = lock_file.merge_lock({}, [answer(A, revision=A, content_sha256=C, files=3)], True)
+    assert pinned[f"{MODEL}@{A}"]["content_sha256"] == C and changed == [f"{MODEL}@{A}"]
     with pytest.raises(lock_file.LockError, match="another commit"):
-        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": A, "commit": B, "content_sha256": "c" * 64}], True)
+        lock_file.merge_lock({}, [answer(B, revision=A, content_sha256=C)], True)
     with pytest.raises(lock_file.LockError, match="64 hex"):
-        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": A, "content_sha256": "x"}], True)
+        lock_file.merge_lock({}, [answer(A, content_sha256="x")], True)
 
 
 def test_a_listing_without_a_commit_is_never_locked() -> None:
     with pytest.raises(lock_file.LockError, match="names no commit id"):
-        lock_file.merge_lock({}, [{"model_id": MODEL, "revision": "master", "commit": "content-" + "0" * 32}], True)
+        lock_file.merge_lock({}, [answer("content-" + "0" * 32)], True)
+
+
+# --------------------------------------------------------------------------- where an answer came from
+
+
+@pytest.mark.parametrize(
+    "cache", ["http://10.0.0.5", "https://cache.lan", "https://cache.lan:443/", "HTTPS://Cache.LAN"]
+)
+@pytest.mark.parametrize("replace", [True, False], ids=["lock-models", "converge"])
+def test_an_answer_that_came_through_the_lan_cache_is_never_locked(cache: str, replace: bool) -> None:
+    """Before, an https cache's listing was locked as if from the hub (the entry named model_store_endpoint);
+    the answer now names where it came from, and one from the cache the box uses is refused, nothing written."""
+    through = answer(A, content_sha256=C, endpoint=cache.lower().rstrip("/"), cache_endpoint=cache, allow_http=True)
+    with pytest.raises(lock_file.LockError, match="came through the LAN cache") as refused:
+        lock_file.merge_lock({}, [through], replace)
+    said = str(refused.value)
+    assert f"{MODEL}@master (box box1)" in said and "make lock-models" in said and "nothing was written" in said
+    # the control: the same answer from the hub itself, the cache still set, is locked and says so
+    direct, changed = lock_file.merge_lock({}, [{**through, "endpoint": HUB}], replace)
+    assert changed == [f"{MODEL}@master"] and direct[f"{MODEL}@master"]["endpoint"] == HUB
+    # another port of the cache host is another server (the fleet scenario's test hub runs there)
+    other_port = {**through, "endpoint": "http://10.0.0.5:8090", "cache_endpoint": "http://10.0.0.5"}
+    assert lock_file.merge_lock({}, [other_port], replace)[1] == [f"{MODEL}@master"]
+
+
+@pytest.mark.parametrize("endpoint", ["http://hub.lan", "", None, "ftp://hub.lan", "hub.example"])
+def test_an_answer_not_from_an_https_hub_is_locked_only_where_plain_http_is_allowed(endpoint: str | None) -> None:
+    plain = answer(A, endpoint=endpoint)
+    with pytest.raises(lock_file.LockError, match="not an https hub") as refused:
+        lock_file.merge_lock({}, [plain], True)
+    assert "model_store_endpoint" in str(refused.value) and "box box1" in str(refused.value)
+    for allowed in (True, "True", "true"):  # model_store_lock_allow_http (a test hub), as Ansible passes it
+        if endpoint == "http://hub.lan":
+            assert lock_file.merge_lock({}, [{**plain, "allow_http": allowed}], True)[1] == [f"{MODEL}@master"]
+        else:
+            with pytest.raises(lock_file.LockError, match="not an https hub"):
+                lock_file.merge_lock({}, [{**plain, "allow_http": allowed}], True)
+
+
+@pytest.mark.parametrize("replace", [True, False], ids=["lock-models", "converge"])
+def test_boxes_that_disagree_are_refused_naming_every_answer(replace: bool) -> None:
+    """Before, make lock-models kept the last box's answer (and a converge the first). Now nothing is written
+    and the message names each answer: which boxes, which commit and content, from which endpoint."""
+    other = "https://other-hub.example"
+    answers = [
+        answer(A, content_sha256=C, host="box1"),
+        answer(B, content_sha256=D, host="box2", endpoint=other),
+        answer(A, content_sha256=C, host="box3"),
+    ]
+    with pytest.raises(lock_file.LockError, match=f"the boxes disagree on {MODEL}@master") as refused:
+        lock_file.merge_lock({}, answers, replace)
+    said = str(refused.value)
+    assert f"box1, box3 got commit {A} (content_sha256 {C}, from {HUB})" in said, said
+    assert f"box2 got commit {B} (content_sha256 {D}, from {other})" in said, said
+    assert "nothing was written" in said and "make lock-models" in said
+    # one commit with two contents is a disagreement too (a hub or mirror that lists other files under it)
+    with pytest.raises(lock_file.LockError, match=f"box2 got commit {A} \\(content_sha256 {D}"):
+        lock_file.merge_lock({}, [answers[0], {**answers[1], "commit": A}], replace)
+    # the control: boxes that agree write one entry; another model's answers are judged apart
+    agreed = [answers[0], answers[2], answer(B, content_sha256=D, host="box2", model_id="Qwen/Other")]
+    entries, changed = lock_file.merge_lock({}, agreed, replace)
+    assert changed == [f"{MODEL}@master", "Qwen/Other@master"] and entries[f"{MODEL}@master"]["commit"] == A
 
 
 @pytest.mark.parametrize(
