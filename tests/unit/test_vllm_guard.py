@@ -283,10 +283,10 @@ def test_an_allowed_request_template_also_passes_inside_the_kwargs() -> None:
 
 # --- the effect, whichever field asks for it (issue 46) --------------------------------------------------------------
 #
-# The bodies refused below passed the guard before it bounded effects: a0d49de's guard let 36 of the 37 through (all
+# The bodies refused below passed the guard before it bounded effects: a0d49de's guard let 42 of the 43 through (all
 # but the structural_tag response_format, a field it bounded whole already), since it bounded the guided_* fields and
-# response_format one by one, n and best_of one by one, and no backend. Each class keeps a control, the same payload
-# where it asks for no grammar or no fan-out, which passes.
+# response_format one by one, n and best_of one by one, no backend and no nesting. Each class keeps a control, the
+# same payload where it asks for no grammar or no fan-out, which passes.
 
 BOUND = guard.DEFAULTS["max_guided_decoding_bytes"]
 
@@ -309,6 +309,17 @@ ANTHROPIC_TOOL = {"name": "f", "input_schema": HUGE_SCHEMA}
 NAMED = {"type": "function", "function": {"name": "f"}}
 HALF = "a" * (BOUND // 2 + 1)  # two of these are over the bound together, each under it alone
 
+
+def nested(depth: int) -> dict:
+    """A schema of a few hundred bytes that nests ``depth`` objects."""
+    schema: dict = {"type": "string"}
+    for _ in range(depth - 1):
+        schema = {"not": schema}
+    return schema
+
+
+DEPTH = guard.MAX_GRAMMAR_NESTING
+
 # The refused classes, one body each, with the field the refusal names; the in-app tests (tests/vllm073,
 # tests/vllm032) send them to every POST route of each release's own app.
 EFFECT_PROBES = {
@@ -328,6 +339,8 @@ EFFECT_PROBES = {
     "conversations": ({"messages": [[{"role": "user", "content": "hi"}]] * 9}, "messages"),
     # the backend is the server's
     "backend": ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
+    # a grammar nested deeper than vLLM 0.32.0 compiles (sampling_params.py 36), small in bytes
+    "deep_schema": ({"guided_json": nested(DEPTH + 20)}, "guided_json"),
 }
 # What passes the guard: the same payloads where they ask for no grammar or no fan-out.
 EFFECT_CONTROLS = {
@@ -337,6 +350,7 @@ EFFECT_CONTROLS = {
     "one_token_prompt": {"prompt": list(range(20_000)), "n": 8},  # one token-id prompt, however long
     "stop_list": {"prompt": "x", "n": 8, "stop": ["s"] * 1000},  # a list that is not prompts
     "backend_null": {"guided_decoding_backend": None, "structured_outputs": {"regex": "a+"}},
+    "deep_metadata": {"metadata": nested(DEPTH + 20), "guided_json": nested(DEPTH)},  # deep, but no grammar
 }
 
 
@@ -355,6 +369,7 @@ def test_each_field_that_reaches_the_engine_is_bounded_by_its_effect(body: dict,
         "prompt": ("request_fanout_above_limit", "vllm_service_max_n"),
         "messages": ("request_fanout_above_limit", "vllm_service_max_n"),
         "guided_decoding_backend": ("guided_decoding_backend_not_allowed", None),
+        "guided_json": ("guided_decoding_too_deep", None),
     }[param]
     assert error["code"] == code, error
     if knob:  # the message names the bound and the knob that sets it
@@ -407,6 +422,13 @@ def test_the_same_payload_where_it_asks_for_no_grammar_or_fan_out_passes(body: d
         ({"structured_outputs": {"json": {"type": "object"}, "_backend": "outlines"}}, "structured_outputs._backend"),
         ({"structured_outputs": {"regex": "a", "backend": "guidance"}}, "structured_outputs.backend"),
         ({"sampling_params": {"guided_decoding_backend": "outlines"}}, "sampling_params.guided_decoding_backend"),
+        # nesting: as a JSON string, inside a tool or a structural tag (wrapping counted), past json.loads' depth
+        ({"guided_json": json.dumps(nested(DEPTH + 1))}, "guided_json"),
+        ({"tools": [chat_tool("f", nested(DEPTH))], "tool_choice": NAMED}, "tools"),
+        ({"structured_outputs": {"structural_tag": json.dumps(nested(DEPTH))}}, "structured_outputs"),
+        ({"response_format": {"type": "json_schema", "json_schema": {"name": "s", "schema": nested(DEPTH - 1)}}},
+         "response_format"),
+        ({"guided_json": "[" * 5000 + "]" * 5000}, "guided_json"),
     ],
 )  # fmt: skip
 def test_every_shape_of_the_same_effect_is_refused(body: dict, param: str) -> None:
@@ -435,6 +457,9 @@ def test_every_shape_of_the_same_effect_is_refused(body: dict, param: str) -> No
         {"questions": {"a": {}, "b": {}}, "items": ["x"] * 6},
         {"sampling_params": {"n": 8, "structured_outputs": {"regex": "a+"}}, "token_ids": [1, 2]},
         {"structured_outputs": {"json": {"type": "object"}, "_backend": None}},
+        {"tools": [chat_tool("f", nested(DEPTH + 20))], "tool_choice": "none"},
+        {"tools": [chat_tool("f", nested(DEPTH - 4))], "tool_choice": NAMED},  # the wrapping is 4 deep
+        {"guided_regex": "[" * 100, "guided_choice": ["{" * 50]},  # text that is not JSON
     ],
 )  # fmt: skip
 def test_what_asks_for_no_more_than_the_bounds_passes(body: dict) -> None:
@@ -494,7 +519,12 @@ def guard_fields(module) -> set:
     }
 
 
-GUARD_CODES = ("guided_decoding_too_large", "request_fanout_above_limit", "guided_decoding_backend_not_allowed")
+GUARD_CODES = (
+    "guided_decoding_too_large",
+    "guided_decoding_too_deep",
+    "request_fanout_above_limit",
+    "guided_decoding_backend_not_allowed",
+)
 
 
 def guard_param(answer: list) -> str | None:

@@ -31,13 +31,16 @@ from test_vllm_args import TOPOLOGIES, group_state, scenario_vllm_argv
 from test_vllm_guard import (
     ANTHROPIC_TOOL,
     CHAT_TOOL,
+    DEPTH,
     HUGE_SCHEMA,
     IN_APP_SCRIPT,
     NAMED,
     RESPONSES_TOOL,
+    chat_tool,
     check_in_app,
     guard_fields,
     in_app_job,
+    nested,
 )
 
 REPO = Path(__file__).resolve().parents[2]
@@ -270,6 +273,9 @@ CASES = {
     "scoring_items": ("/generative_scoring", {"model": "m", "query": "q", "items": ["a"] * 9, "label_token_ids": [1]},
                       "items"),
     # the backend field the batch route still takes (chat_completion/protocol.py 1170)
+    # nesting: 0.32.0 bounds a schema at 64 levels only when it compiles it, behind the route
+    "deep_tool": ("/v1/chat/completions", {**CHAT, "tools": [chat_tool("f", nested(DEPTH))], "tool_choice": NAMED},
+                  "tools"),
     "batch_backend": ("/v1/chat/completions/batch", {"model": "m", "messages": [CHAT["messages"]],
                       "guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
 }  # fmt: skip

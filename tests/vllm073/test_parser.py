@@ -26,11 +26,13 @@ from test_vllm_args import TOPOLOGIES, group_state
 from test_vllm_guard import (
     BOUND,
     CHAT_TOOL,
+    DEPTH,
     IN_APP_SCRIPT,
     NAMED,
     check_in_app,
     guard_fields,
     in_app_job,
+    nested,
     schema_of,
 )
 
@@ -433,6 +435,9 @@ CASES = {
     "completion_backend": ("/v1/completions", {"model": "m", "prompt": "x", "guided_regex": "a+",
                            "guided_decoding_backend": "lm-format-enforcer"}, "guided_decoding_backend"),
     "backend_null": ("/v1/chat/completions", {**CHAT, "guided_regex": "a+", "guided_decoding_backend": None}, None),
+    # a schema nested deeper than 0.32.0 compiles: 0.7.3 has no bound of its own
+    "deep_schema": ("/v1/chat/completions", {**CHAT, "guided_json": nested(DEPTH + 20)}, "guided_json"),
+    "schema_at_depth": ("/v1/chat/completions", {**CHAT, "guided_json": nested(DEPTH)}, None),
 }  # fmt: skip
 
 

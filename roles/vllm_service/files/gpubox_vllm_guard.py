@@ -18,6 +18,10 @@ to do, whichever field asks it:
 - guided decoding (xgrammar CVE-2025-32381 and CVE-2025-58446, vLLM CVE-2025-29770: every distinct grammar is
   compiled and cached without bound): every field that becomes a grammar counts, and their total is at most
   ``max_guided_decoding_bytes`` (a string by its UTF-8 bytes, anything else as compact JSON);
+- a grammar field that nests objects and arrays more than 80 levels (a JSON string counted as the document it holds)
+  is refused: grammar conversion's cost grows steeply with nesting; 0.32.0 refuses a schema deeper than 64 (plus 16
+  for a structural tag's wrapping) only inside the route (sampling_params.py 36-44, 214-257, 1288-1290) and 0.7.3
+  has no bound; the guard's 80 is 0.32.0's two figures together, room for response_format's or a tool's wrapping;
 - the guided-decoding backend is the server's (0.7.3's ``--guided-decoding-backend``, 0.32.0's
   ``--structured-outputs-config``): a request that names one is refused, whatever the name. No allowlist: which
   backend compiles and caches a grammar (0.7.3's outlines keeps the disk cache CVE-2025-29770 fills) is the
@@ -113,6 +117,9 @@ CONVERSATIONS_FIELD = "messages"
 QUESTIONS_FIELD = "questions"
 # A nested request of its own (the token-in route's sampling parameters).
 NESTED_PARAMS_FIELD = "sampling_params"
+# The deepest a grammar field may nest objects and arrays: vLLM 0.32.0's bound for a schema (64) plus its allowance
+# for a structural tag's wrapping (16), which also covers the wrapping of a schema in response_format or tools.
+MAX_GRAMMAR_NESTING = 64 + 16
 # Parameters of the call chat_template_kwargs is unpacked into (vLLM 0.7.3's apply_hf_chat_template and
 # transformers' PreTrainedTokenizerBase.apply_chat_template): a request key with one of these names would
 # change what the server does, not fill a template variable, so no setting can allow it.
@@ -324,18 +331,52 @@ def _fanout(data: dict) -> tuple[int, str]:
 
 
 def _guided_parts(data: dict, prefix: str) -> dict:
-    """The size in bytes of each field of ``data`` that becomes a grammar, by its dotted name."""
-    parts = {prefix + field: _size(data[field]) for field in GUIDED_FIELDS if data.get(field) is not None}
+    """Each value of ``data`` that becomes a grammar, by its dotted name."""
+    parts = {prefix + field: data[field] for field in GUIDED_FIELDS if data.get(field) is not None}
     for field in FORMAT_FIELDS:
         value = data.get(field)
         if isinstance(value, dict) and value.get("format") is not None:
-            parts[f"{prefix}{field}.format"] = _size(value["format"])
+            parts[f"{prefix}{field}.format"] = value["format"]
     tools, choice = data.get(TOOLS_FIELD), data.get(TOOL_CHOICE_FIELD)
     if isinstance(choice, dict):
         choice = choice.get("type")
     if tools and not (isinstance(choice, str) and choice.lower() == "none"):
-        parts[prefix + TOOLS_FIELD] = _size(tools)
+        parts[prefix + TOOLS_FIELD] = tools
     return parts
+
+
+_TOO_DEEP = object()  # a string holding JSON deeper than json.loads goes
+
+
+def _as_document(node: object) -> object:
+    """A string that holds a JSON object or array (a schema or a structural tag sent as text) as that document."""
+    if isinstance(node, str) and node.lstrip()[:1] in ("{", "["):
+        try:
+            return json.loads(node)
+        except RecursionError:
+            return _TOO_DEEP
+        except ValueError:
+            return node  # not JSON: the engine refuses it itself
+    return node
+
+
+def _nests_deeper(value: object, limit: int) -> bool:
+    """Whether ``value`` nests objects and arrays more than ``limit`` levels, counted level by level as vLLM 0.32.0's
+    _exceeds_json_nesting counts (sampling_params.py 214-236), a string holding JSON counted as its document."""
+    level = [_as_document(value)]
+    for _ in range(limit):
+        if any(node is _TOO_DEEP for node in level):
+            return True
+        level = [
+            _as_document(child)
+            for node in level
+            if isinstance(node, (dict, list))
+            for child in (node.values() if isinstance(node, dict) else node)
+        ]
+        level = [node for node in level if isinstance(node, (dict, list)) or node is _TOO_DEEP]
+        if not level:
+            return False
+    return True
 
 
 def refusal(body: bytes, config: dict | None = None) -> Refusal | None:
@@ -374,10 +415,11 @@ def refusal(body: bytes, config: dict | None = None) -> Refusal | None:
     parts = {}
     for prefix, scope in scopes:
         parts.update(_guided_parts(scope, prefix))
-    total = sum(parts.values())
+    sizes = {name: _size(value) for name, value in parts.items()}
+    total = sum(sizes.values())
     if total > config["max_guided_decoding_bytes"]:
-        largest = max(parts, key=parts.get)
-        counted = ", ".join(f"{name} {size}" for name, size in parts.items())
+        largest = max(sizes, key=sizes.get)
+        counted = ", ".join(f"{name} {size}" for name, size in sizes.items())
         return Refusal(
             largest,
             "guided_decoding_too_large",
@@ -386,6 +428,14 @@ def refusal(body: bytes, config: dict | None = None) -> Refusal | None:
             " (tools unless tool_choice is none). The box's operator sets the bound with"
             " vllm_service_max_guided_decoding_bytes.",
         )
+    for name, value in parts.items():
+        if _nests_deeper(value, MAX_GRAMMAR_NESTING):
+            return Refusal(
+                name,
+                "guided_decoding_too_deep",
+                f"{name} nests objects and arrays more than {MAX_GRAMMAR_NESTING} levels deep (its wrapping"
+                " included); this server compiles no grammar deeper than that.",
+            )
     return None
 
 
