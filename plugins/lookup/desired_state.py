@@ -17,6 +17,10 @@ description:
     entry, else null), C(gpubox_model_fetch_revision), what the model store asks the hub for, and
     C(gpubox_model_content_sha256), the content the entry pins; an entry that pins no content is an
     error naming its line unless C(gpubox_model_accept_unpinned) is true.
+  - Adds C(gpubox_model_cache_fetch_refusal), null or why the box may not fetch its model yet (through the
+    LAN cache, C(gpubox_fleet_cache_url), with no lock entry for it, unless
+    C(gpubox_fleet_cache_trust_first_fetch) is true). Not one of C(errors), since C(make lock-models), which
+    writes that entry, runs with it; the model store's input checks (preflight, the role) refuse it.
   - Adds C(gpubox_fleet_cache) (C(apt_proxy), C(pypi_index), C(model_endpoint), all empty without a
     LAN cache) derived from C(gpubox_fleet_cache_url), and refuses a cache URL that names a host of
     the C(gpu_boxes) group (its inventory name or C(ansible_host)).
@@ -105,6 +109,19 @@ class LookupModule(LookupBase):
             if unpinned:
                 errors.append(f"gpubox_model_lock_file: {unpinned}")
         public["gpubox_model_commit"] = commit
+        # Why a fetch through the LAN cache may not start yet (no lock entry for it), or None.
+        public["gpubox_model_cache_fetch_refusal"] = (
+            lock_file.cache_fetch_problem(
+                entries,
+                model_id,
+                revision,
+                public.get("gpubox_fleet_cache_url"),
+                public.get("gpubox_fleet_cache_trust_first_fetch") is True,
+                path or "",
+            )
+            if isinstance(model_id, str) and isinstance(revision, str) and not errors
+            else None
+        )
         public["gpubox_model_fetch_revision"] = commit or revision
         # The content the lock pins (model_store refuses any other, whatever the channel), or None.
         public["gpubox_model_content_sha256"] = (

@@ -563,6 +563,18 @@ ROWS: tuple[Row, ...] = (
         "take\napt (http sources, through HOST:3142), pip's index and the model hub through it and still verify\n"
         "everything (apt signatures, pip pins, the model's sha256 manifest; http also re-hashes the live model).",
     ),
+    Row(
+        "gpubox_fleet_cache_trust_first_fetch",
+        "bool",
+        "true: a box may fetch its model through the LAN cache with no model lock entry for it, trusting the "
+        "commit and content the cache first serves; false refuses that before any change (run make lock-models).",
+        default=False,
+        check="bool",
+        required=True,
+        hint="use false and run make lock-models (it asks the hub, never the cache), or true to trust the cache",
+        comment="A model lock entry is written from the hub, never from the cache: a box's fetch through the cache\n"
+        "needs one first (make lock-models), unless this is true (the cache's first answer is then trusted).",
+    ),
 )
 
 BY_NAME: dict[str, Row] = {row.name: row for row in ROWS}

@@ -19,7 +19,9 @@ Where an answer may come from (design.md, Trust boundaries): the hub over verifi
 entry only when the box fetched from the hub directly. Each answer carries the endpoint it came from (recorded
 as the entry's ``endpoint``) and the cache the box would use: :func:`merge_lock` refuses an answer that came
 through the cache or from plain http (unless that box's ``model_store_lock_allow_http``, a test hub), and
-refuses to write anything when the boxes answered one key differently, naming each box's answer.
+refuses to write anything when the boxes answered one key differently, naming each box's answer. A box whose
+fetch goes through the cache needs an entry before it fetches (:func:`cache_fetch_problem`), unless the
+inventory says ``gpubox_fleet_cache_trust_first_fetch: true``.
 
 ``content_sha256`` pins the content, not only its name: the sha256 of the listing's model id, commit and
 every file's path, size and sha256 (hub_listing.content_sha256). Every converge refuses content whose
@@ -243,6 +245,24 @@ def locked_content(entries: dict[str, dict[str, Any]], model_id: str, revision: 
 def render_lock(entries: dict[str, dict[str, Any]]) -> str:
     body = {"_comment": COMMENT, "schema": LOCK_SCHEMA, "models": dict(sorted(entries.items()))}
     return json.dumps(body, indent=2, sort_keys=False) + "\n"
+
+
+def cache_fetch_problem(
+    entries: dict[str, dict[str, Any]], model_id: str, revision: str, cache_url: str | None, trust: bool, where: str
+) -> str | None:
+    """The refusal of a fetch of model_id@revision through the LAN cache (cache_url) with no lock entry for it:
+    the box would take whatever listing the cache serves, commit and content alike, as its first pin. None
+    without a cache, with an entry, or when the inventory trusts the cache's first answer (``trust``)."""
+    if not cache_url or trust or lock_key(model_id, revision) in entries:
+        return None
+    lock = f"the model lock {where}" if where else "no model lock (gpubox_model_lock_file is empty)"
+    return (
+        f"gpubox_fleet_cache_url is {cache_url} and {lock} has no entry for {lock_key(model_id, revision)}: the "
+        "box's fetch through the LAN cache would trust the first listing the cache serves (the commit and every "
+        "file's sha256), and the cache is never trusted. Nothing was changed. Run `make lock-models` first (it "
+        "asks the hub, model_store_endpoint, over verified TLS, never the cache), or set "
+        "gpubox_fleet_cache_trust_first_fetch: true to accept the cache's first answer on purpose"
+    )
 
 
 def _where(item: dict[str, Any]) -> str:

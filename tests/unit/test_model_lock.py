@@ -8,13 +8,15 @@ was resolved to, read from a lock file beside the inventory, until the lock is c
 - the model_lock module (through `ansible localhost`, in tests/integration/test_modules.py) adds missing
   entries, replaces only when asked, writes only on a change and never locks a listing's content id;
 - an answer is locked only from the hub over https, never through the LAN cache, and boxes that disagree
-  are refused naming each answer; make lock-models itself, for real: tests/integration/test_lock_models.py.
+  are refused naming each answer; a box's fetch through the cache waits for an entry (the role's input
+  checks, one ansible-playbook run); make lock-models itself, for real: tests/integration/test_lock_models.py.
 The molecule scenario serving (its day-two side effect) proves the same end to end on a box with the test hub.
 """
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -133,6 +135,103 @@ def test_boxes_that_disagree_are_refused_naming_every_answer(replace: bool) -> N
     agreed = [answers[0], answers[2], answer(B, content_sha256=D, host="box2", model_id="Qwen/Other")]
     entries, changed = lock_file.merge_lock({}, agreed, replace)
     assert changed == [f"{MODEL}@master", "Qwen/Other@master"] and entries[f"{MODEL}@master"]["commit"] == A
+
+
+# --------------------------------------------------------------------------- a fetch through the LAN cache
+
+
+def test_a_fetch_through_the_cache_needs_a_lock_entry_unless_the_inventory_trusts_the_cache(tmp_path: Path) -> None:
+    """The lookup says why a box may not fetch yet (gpubox_model_cache_fetch_refusal); the model store's input
+    checks refuse it (test below). Before, a box behind the plain-http cache wrote no entry and trusted its
+    first download, and one behind an https cache locked what the cache served."""
+    lock = write(
+        tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": HUB, "content_sha256": C}}
+    )
+    base = {"gpubox_model_id": MODEL, "gpubox_model_lock_file": str(lock)}
+    for url in ("http://10.0.0.5", "https://cache.lan"):
+        cached = {**base, "gpubox_fleet_cache_url": url}
+        refusal = state({**cached, "gpubox_model_revision": "dev"})["gpubox_model_cache_fetch_refusal"]
+        assert refusal.startswith(f"gpubox_fleet_cache_url is {url} and the model lock {lock} has no entry for ")
+        assert f"{MODEL}@dev" in refusal and "make lock-models" in refusal
+        assert "gpubox_fleet_cache_trust_first_fetch: true" in refusal
+        # a commit revision needs its entry too: without one, the cache's listing would pin its content
+        assert state({**cached, "gpubox_model_revision": B})["gpubox_model_cache_fetch_refusal"]
+        # the controls: an entry, the inventory's trust, no cache
+        assert state({**cached, "gpubox_model_revision": "master"})["gpubox_model_cache_fetch_refusal"] is None
+        trusted = {**cached, "gpubox_model_revision": "dev", "gpubox_fleet_cache_trust_first_fetch": True}
+        assert state(trusted)["gpubox_model_cache_fetch_refusal"] is None and state(trusted)["errors"] == []
+    assert state({**base, "gpubox_model_revision": "dev"})["gpubox_model_cache_fetch_refusal"] is None
+    nolock = state({**base, "gpubox_model_lock_file": "", "gpubox_fleet_cache_url": "http://10.0.0.5"})
+    assert "no model lock (gpubox_model_lock_file is empty)" in nolock["gpubox_model_cache_fetch_refusal"]
+    bad = state({"gpubox_fleet_cache_trust_first_fetch": "maybe"})
+    assert any(e.startswith("gpubox_fleet_cache_trust_first_fetch must be true or false") for e in bad["errors"])
+
+
+# One play per entry point (include_role takes its tasks_from once for all hosts of a play).
+STORE_CHECKS = """
+- hosts: validate_cases
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: model_store
+        tasks_from: validate
+- hosts: resolve_cases
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: model_store
+        tasks_from: resolve
+"""
+
+
+def test_the_model_stores_input_checks_refuse_an_unlocked_fetch_through_the_cache_before_any_change(
+    tmp_path: Path,
+) -> None:
+    """preflight and the role run roles/model_store/tasks/validate.yml before any change: one host per case.
+    make lock-models (resolve.yml), which writes the entry, runs the same checks without this one: its host
+    fails later, asking the hub (none listens here), never on the missing entry."""
+    lock = write(
+        tmp_path / "models.lock.json", {f"{MODEL}@master": {"commit": A, "endpoint": HUB, "content_sha256": C}}
+    )
+    box = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "vault_gpubox_api_key": ansible_vars.TEST_KEY,
+        "gpubox_model_id": MODEL,
+        "gpubox_model_lock_file": str(lock),
+        "gpubox_fleet_cache_url": "http://10.0.0.5",
+        "model_store_endpoint": "https://127.0.0.1:9",
+    }
+    cases = {
+        "unlocked": {"gpubox_model_revision": "dev"},
+        "locked": {"gpubox_model_revision": "master"},
+        "trusted": {"gpubox_model_revision": "dev", "gpubox_fleet_cache_trust_first_fetch": True},
+        "no-cache": {"gpubox_model_revision": "dev", "gpubox_fleet_cache_url": ""},
+        "lock-models": {"gpubox_model_revision": "dev"},
+    }
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_boxes": {"hosts": {name: {**box, **case} for name, case in cases.items()}},
+                "gpu_2x3090": {"hosts": {name: None for name in cases}},
+                "validate_cases": {"hosts": {name: None for name in cases if name != "lock-models"}},
+                "resolve_cases": {"hosts": {"lock-models": None}},
+            }
+        }
+    }
+    production = ROOT / "inventories/production/group_vars"
+    (tmp_path / "group_vars").symlink_to(production)
+    run = ansible_vars.run_playbook(inventory, STORE_CHECKS, tmp_path)
+    refused = ansible_vars.first_failure(run["unlocked"])
+    assert refused and refused["task"].endswith("Check the model store's own settings before changing anything.")
+    said = refused["msg"]
+    assert f"gpubox_fleet_cache_url is http://10.0.0.5 and the model lock {lock} has no entry for {MODEL}@dev" in said
+    assert "make lock-models" in said and "gpubox_fleet_cache_trust_first_fetch" in said
+    for passed in ("locked", "trusted", "no-cache"):
+        assert ansible_vars.first_failure(run[passed]) is None, (passed, ansible_vars.first_failure(run[passed]))
+    asked = ansible_vars.first_failure(run["lock-models"])
+    assert asked and "Ask the hub which commit" in asked["task"], asked["msg"]
+    assert "127.0.0.1:9" in asked["msg"], asked["msg"]
 
 
 @pytest.mark.parametrize(

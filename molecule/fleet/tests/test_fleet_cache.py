@@ -265,7 +265,8 @@ def test_a_corrupt_model_file_from_the_cache_is_refused_and_the_live_model_stays
     """The hub (through a redirect) hands the cache a corrupt model.safetensors for commit B, which the
     cache keeps: the box's model store refuses it (sha256 against the listing) and keeps commit A live."""
     set_faults({"redirect": True, "corrupt": {"model.safetensors": True}})
-    run = refetch(f"gpubox_model_revision={commit('hub-commit-b')}")
+    # Commit B has no lock entry: the box takes the cache's first answer only because the inventory says so.
+    run = refetch(f"gpubox_model_revision={commit('hub-commit-b')}", "gpubox_fleet_cache_trust_first_fetch=true")
     set_faults({})
     assert run.returncode != 0, run.stdout[-3000:]
     assert "sha256" in run.stdout.lower() or "checksum" in run.stdout.lower(), run.stdout[-3000:]
