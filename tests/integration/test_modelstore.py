@@ -1345,7 +1345,8 @@ def test_a_refused_listing_ends_the_progress_file_failed_with_the_reason(
     with pytest.raises(lib.ListingError, match=words):
         lib.run_model_store(req)
     listing = f"/api/v1/models/{MODEL_ID}/repo/files?Revision=master&Recursive=True"
-    assert [e["path"] for e in hub_a.since(mark)] == [listing], "refused before any file was asked for"
+    asked = [e["path"] for e in hub_a.since(mark) if e["path"] != "/_faults"]  # the POST's line may land late
+    assert asked == [listing], "refused before any file was asked for"
     progress = json.loads(Path(req.progress_file).read_text())
     assert progress["state"] == "failed" and words in progress["message"], progress
     poll = load(ROOT / "plugins/modules/model_store_progress.py", "gpubox_model_store_progress")
