@@ -1,10 +1,15 @@
 #!/usr/bin/env python3
-"""Write a tiny, deterministic Qwen2 model directory for tests.
+"""Write a tiny, deterministic Qwen2 model directory for tests (or, with --arch, a tiny model of another family).
 
 The model is real in shape and format (a vLLM CPU build can load and serve it) but its weights are
 random: it exists to exercise download, verification and serving paths, not to say anything.
 
-    python make_tiny_model.py OUT_DIR [--seed N]
+    python make_tiny_model.py OUT_DIR [--seed N] [--arch qwen2|qwen3_moe|gemma3]
+
+``qwen3_moe`` is a mixture-of-experts model (Qwen3MoeForCausalLM: 4 experts, 2 per token, q/k norms) and
+``gemma3`` an interleaved sliding-window one (Gemma3ForCausalLM, layer_types sliding then full, a 16-token
+window): the planner's families, served by vLLM's real CPU engine in tests/vllm032. The default, qwen2, is
+the model every scenario serves; its bytes do not depend on the other architectures.
 
 Shape: 2 layers, hidden 256, 4 attention heads, 2 KV heads, head_dim 64, intermediate 512, a
 byte-level BPE tokenizer of about 512 tokens with a ChatML chat template. Weights are BF16 in a
@@ -56,6 +61,14 @@ class TinyShape:
     kv_heads: int = 2
     head_dim: int = 64
     max_positions: int = 2048
+    arch: str = "qwen2"
+    experts: int = 4
+    experts_per_token: int = 2
+    expert_intermediate: int = 128
+    sliding_window: int = 16
+
+
+ARCHES = ("qwen2", "qwen3_moe", "gemma3")
 
 
 def build_tokenizer(shape: TinyShape) -> Tokenizer:
@@ -81,7 +94,9 @@ def bf16_bytes(values: np.ndarray) -> bytes:
 
 
 def tensor_shapes(shape: TinyShape, vocab: int) -> list[tuple[str, tuple[int, ...]]]:
-    """Qwen2 parameter names and shapes, in a fixed order (embeddings tied: no lm_head)."""
+    """Parameter names and shapes of the architecture, in a fixed order (embeddings tied: no lm_head)."""
+    if shape.arch != "qwen2":
+        return _family_shapes(shape, vocab)
     h, q, kv = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim
     out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, h))]
     for i in range(shape.layers):
@@ -104,6 +119,41 @@ def tensor_shapes(shape: TinyShape, vocab: int) -> list[tuple[str, tuple[int, ..
     return out
 
 
+def _family_shapes(shape: TinyShape, vocab: int) -> list[tuple[str, tuple[int, ...]]]:
+    """Qwen3-MoE (q/k norms, no qkv bias, a router and experts) or Gemma 3 (q/k norms, four norms a layer)."""
+    h, q, kv, d = shape.hidden, shape.heads * shape.head_dim, shape.kv_heads * shape.head_dim, shape.head_dim
+    out: list[tuple[str, tuple[int, ...]]] = [("model.embed_tokens.weight", (vocab, h))]
+    for i in range(shape.layers):
+        p = f"model.layers.{i}."
+        norms = ["input_layernorm", "post_attention_layernorm"]
+        if shape.arch == "gemma3":
+            norms += ["pre_feedforward_layernorm", "post_feedforward_layernorm"]
+        out += [(p + name + ".weight", (h,)) for name in norms]
+        out += [
+            (p + "self_attn.q_proj.weight", (q, h)),
+            (p + "self_attn.k_proj.weight", (kv, h)),
+            (p + "self_attn.v_proj.weight", (kv, h)),
+            (p + "self_attn.o_proj.weight", (h, q)),
+            (p + "self_attn.q_norm.weight", (d,)),
+            (p + "self_attn.k_norm.weight", (d,)),
+        ]
+        if shape.arch == "qwen3_moe":
+            out.append((p + "mlp.gate.weight", (shape.experts, h)))
+            for e in range(shape.experts):
+                x = f"{p}mlp.experts.{e}."
+                inter = shape.expert_intermediate
+                out += [(x + "gate_proj.weight", (inter, h)), (x + "up_proj.weight", (inter, h))]
+                out.append((x + "down_proj.weight", (h, inter)))
+        else:
+            out += [
+                (p + "mlp.gate_proj.weight", (shape.intermediate, h)),
+                (p + "mlp.up_proj.weight", (shape.intermediate, h)),
+                (p + "mlp.down_proj.weight", (h, shape.intermediate)),
+            ]
+    out.append(("model.norm.weight", (h,)))
+    return out
+
+
 def build_safetensors(shape: TinyShape, vocab: int, seed: int = SEED) -> bytes:
     """Serialise random BF16 weights in the safetensors layout (u64 header size, JSON header, data)."""
     rng = np.random.RandomState(seed)
@@ -112,7 +162,8 @@ def build_safetensors(shape: TinyShape, vocab: int, seed: int = SEED) -> bytes:
     offset = 0
     for name, dims in tensor_shapes(shape, vocab):
         if name.endswith("norm.weight"):
-            values = np.ones(dims, dtype=np.float32)
+            # Gemma's RMSNorm scales by (1 + weight): zeros there are Qwen's ones
+            values = np.zeros(dims, dtype=np.float32) if shape.arch == "gemma3" else np.ones(dims, dtype=np.float32)
         else:
             values = (rng.standard_normal(dims) * 0.02).astype(np.float32)
         blob = bf16_bytes(values)
@@ -125,6 +176,8 @@ def build_safetensors(shape: TinyShape, vocab: int, seed: int = SEED) -> bytes:
 
 
 def model_config(shape: TinyShape, vocab: int, eos_id: int) -> dict[str, object]:
+    if shape.arch != "qwen2":
+        return _family_config(shape, vocab, eos_id)
     return {
         "architectures": ["Qwen2ForCausalLM"],
         "attention_dropout": 0.0,
@@ -149,6 +202,56 @@ def model_config(shape: TinyShape, vocab: int, eos_id: int) -> dict[str, object]
         "use_cache": True,
         "use_sliding_window": False,
         "vocab_size": vocab,
+    }
+
+
+def _family_config(shape: TinyShape, vocab: int, eos_id: int) -> dict[str, object]:
+    common: dict[str, object] = {
+        "bos_token_id": eos_id,
+        "eos_token_id": eos_id,
+        "head_dim": shape.head_dim,
+        "hidden_size": shape.hidden,
+        "initializer_range": 0.02,
+        "intermediate_size": shape.intermediate,
+        "max_position_embeddings": shape.max_positions,
+        "num_attention_heads": shape.heads,
+        "num_hidden_layers": shape.layers,
+        "num_key_value_heads": shape.kv_heads,
+        "rms_norm_eps": 1e-06,
+        "rope_theta": 10000.0,
+        "tie_word_embeddings": True,
+        "torch_dtype": "bfloat16",
+        "use_cache": True,
+        "vocab_size": vocab,
+    }
+    if shape.arch == "qwen3_moe":
+        return {
+            **common,
+            "architectures": ["Qwen3MoeForCausalLM"],
+            "model_type": "qwen3_moe",
+            "hidden_act": "silu",
+            "attention_bias": False,
+            "num_experts": shape.experts,
+            "num_experts_per_tok": shape.experts_per_token,
+            "moe_intermediate_size": shape.expert_intermediate,
+            "norm_topk_prob": True,
+            "decoder_sparse_step": 1,
+            "mlp_only_layers": [],
+            "sliding_window": None,
+            "use_sliding_window": False,
+        }
+    return {
+        **common,
+        "architectures": ["Gemma3ForCausalLM"],
+        "model_type": "gemma3_text",
+        "hidden_activation": "gelu_pytorch_tanh",
+        "attention_bias": False,
+        "query_pre_attn_scalar": shape.head_dim,
+        "sliding_window": shape.sliding_window,
+        "layer_types": ["sliding_attention" if i % 2 == 0 else "full_attention" for i in range(shape.layers)],
+        "rope_local_base_freq": 10000.0,
+        "final_logit_softcapping": None,
+        "attn_logit_softcapping": None,
     }
 
 
@@ -208,8 +311,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("out_dir", type=Path, help="directory to write the model into")
     parser.add_argument("--seed", type=int, default=SEED, help="weights seed; another seed = another version")
+    parser.add_argument("--arch", choices=ARCHES, default="qwen2", help="the architecture (a family of the planner)")
     args = parser.parse_args(argv)
-    for path in make_tiny_model(args.out_dir, seed=args.seed):
+    for path in make_tiny_model(args.out_dir, TinyShape(arch=args.arch), seed=args.seed):
         print(f"{path.stat().st_size:>10}  {path}")
     return 0
 

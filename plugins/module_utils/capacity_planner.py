@@ -557,6 +557,8 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
         tokens = int(blocks / request_blocks * serving.max_model_len)
         per_token = max(1, round(per_request / serving.max_model_len))
         requests = blocks / request_blocks
+        if kv_bytes > 0 and (problem := capacity_v1.mamba_blocks_problem(model.layout, serving, blocks)):
+            result.errors.append(problem)
 
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu = weights / GIB

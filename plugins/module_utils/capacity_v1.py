@@ -263,14 +263,17 @@ def request_bytes(
     max_model_len: int,
     batched_tokens: int,
     block: int,
+    in_flight_batches: int = IN_FLIGHT_BATCHES,
 ) -> tuple[int, int, int]:
     """(bytes one max_model_len request needs on one GPU, bytes per block, blocks per request over the groups).
 
-    ``state``: (one recurrent layer's state bytes, its pages per request); (0, 0) without recurrent layers."""
+    ``state``: (one recurrent layer's state bytes, its pages per request); (0, 0) without recurrent layers.
+    ``in_flight_batches``: 2 with async scheduling (CUDA's default), 1 without (vLLM's CPU platform turns it off,
+    vllm/platforms/cpu.py :331)."""
     state_bytes, state_pages = state
     block = attention_block_size(block, layer_token_bytes, state_bytes)
     page = max(block * layer_token_bytes, state_bytes)
-    held = min(window - 1 + IN_FLIGHT_BATCHES * batched_tokens, max_model_len) if window else 0
+    held = min(window - 1 + in_flight_batches * batched_tokens, max_model_len) if window else 0
     per_request = {
         "full": math.ceil(max_model_len / block),
         "sliding": math.ceil(held / block) + 1,
@@ -346,3 +349,15 @@ def warmup_check(
     rows = warmup_rows(serving.max_num_seqs, serving.max_num_batched_tokens, requests)
     headroom = total_bytes * (1 - serving.utilization) - CUDA_CONTEXT_GIB * 1024**3 + transient + cudagraph
     return WARMUP_SAMPLER_BYTES * rows * vocab, headroom, rows
+
+
+def mamba_blocks_problem(layout: Any, serving: Any, blocks: int) -> str | None:
+    """vLLM 0.32 refuses to capture full CUDA graphs for a model with recurrent layers when max_num_seqs exceeds the
+    cache's blocks (each decoding sequence needs one; vllm/config/compilation.py :1503-1523)."""
+    if not layout.recurrent or serving.enforce_eager or serving.max_num_seqs <= blocks:
+        return None
+    return (
+        f"gpubox_max_num_seqs ({serving.max_num_seqs}) exceeds the {blocks} KV cache blocks this plan leaves a model "
+        "with recurrent (Mamba/linear-attention) layers: vLLM refuses to start (each decoding sequence needs one "
+        f"block); lower gpubox_max_num_seqs to at most {blocks} or raise gpubox_gpu_memory_utilization"
+    )

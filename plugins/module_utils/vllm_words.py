@@ -98,6 +98,13 @@ KV_CACHE_DTYPES_0_32 = (
     "turboquant_k8v4",
     "turboquant_4bit_nc",
     "turboquant_k3v4_nc",
+    "turboquant_3bit_nc",
+    "ultraquant_4bit",
+    "int4_per_token_head",
+    "int8_per_token_head",
+    "fp8_per_token_head",
+    "nvfp4",
+    "nvfp4_4over6",
 )
 # Attention and model families each release serves (the planner's names, capacity_layout.FAMILIES).
 FAMILIES_V0 = ("dense",)
