@@ -37,6 +37,7 @@ from typing import Any
 import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
+from bench import families
 
 ROOT = Path(__file__).resolve().parent.parent
 CALIBRATION_DIR = ROOT / "tests" / "data" / "calibration"
@@ -762,6 +763,7 @@ def main(argv: list[str] | None = None) -> int:
         report(results, time_plan())
         + ablation_report(cases)
         + v1_report(load_cases(CALIBRATION_V1_DIR))
+        + families.report()
         + unit_exposure_report()
         + fleet_bench_report()
         + proxy_load_report()

@@ -57,6 +57,7 @@ def checkpoint_weights(model: Any, source: Any, errors: list[str], var: Any) -> 
 # unpadded experts, so the loaded weights exceed them: gpt-oss-20b's experts take 0.85 GiB more at tp 1.
 MXFP4_METHODS = ("mxfp4", "gpt_oss_mxfp4")
 MXFP4_BYTES_PER_WEIGHT = 0.5 + 1 / 32
+NVFP4_BYTES_PER_WEIGHT = 0.5 + 1 / 16
 # GPU names of compute capability 9.0 and newer (Hopper, Blackwell), whose MXFP4 kernels do not pad.
 SM90_NAMES = ("H100", "H200", "H20", "H800", "GH200", "B200", "B100", "GB200", "B300", "RTX 50", "RTX PRO 6000")
 
@@ -78,6 +79,17 @@ def marlin_mxfp4_padding(model: Any, gpu_name: str, tp: int) -> float:
 def _quant_bytes(quant: dict[str, Any], dtype_bytes: int) -> tuple[float, float]:
     """(bytes per weight of the quantized projections, of the experts) under a quantization_config."""
     method = str(quant.get("quant_method") or "").lower()
+    algo = str(quant.get("quant_algo") or quant.get("format") or "").lower()
+    if "nvfp4" in algo or method in ("modelopt_fp4", "nvfp4"):
+        return NVFP4_BYTES_PER_WEIGHT, NVFP4_BYTES_PER_WEIGHT  # 4 bits and an fp8 scale per 16
+    if method == "compressed-tensors":
+        groups = [g for g in (quant.get("config_groups") or {}).values() if isinstance(g, dict)]
+        weights = groups[0].get("weights") if groups and isinstance(groups[0].get("weights"), dict) else {}
+        bits, group = int(weights.get("num_bits") or 8), int(weights.get("group_size") or 0)
+        per = bits / 8 + (2 / group if group else 0)
+        return per, per
+    if method in ("modelopt", "fbgemm_fp8") or algo == "fp8":
+        return 1.0, 1.0
     if method in MXFP4_METHODS:
         return float(dtype_bytes), MXFP4_BYTES_PER_WEIGHT  # only the experts are MXFP4
     if method in ("gptq", "awq", "awq_marlin", "gptq_marlin"):

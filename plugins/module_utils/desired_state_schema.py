@@ -204,7 +204,7 @@ ROWS: tuple[Row, ...] = (
     Row(
         "gpubox_model_quantization",
         "str",
-        "vLLM 0.7.3 --quantization method (awq_marlin, gptq_marlin, fp8, ...); null for none.",
+        "The stack's vLLM --quantization method (awq_marlin, gptq_marlin, fp8, mxfp4 on lts-580, ...); null for none.",
         doc_type="str or null",
         check="choice",
         choices=QUANTIZATIONS,
@@ -215,7 +215,8 @@ ROWS: tuple[Row, ...] = (
     Row(
         "gpubox_model_config",
         "raw",
-        "config.json facts (+ weights_bytes) of a model outside the capacity catalog.",
+        "A model outside the capacity catalog: its published config.json whole as config_json, plus weights_bytes "
+        "(the size of its weight files); or the config.json facts the planner reads (+ weights_bytes).",
         doc_type="dict or null",
         check="model_config",
         type_note=_NULL_TEXT.format("dict"),
