@@ -47,6 +47,7 @@ ENTRY_POINTS = (
     ("validate", "Refuse a bad desired state before a role changes anything"),
     ("reboot_gate", "One gated reboot when the host layer asks for it"),
     ("unit_validator", "Install the systemd unit validator"),
+    ("nginx_check", "Install the nginx configuration checker"),
 )
 
 

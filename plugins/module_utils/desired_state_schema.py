@@ -532,6 +532,14 @@ ROWS: tuple[Row, ...] = (
         comment="The helper that runs `systemd-analyze verify` on a unit before it lands (tasks/unit_validator.yml).",
     ),
     Row(
+        "gpubox_nginx_check",
+        "str",
+        "Checker that runs nginx -t on a file for nginx's http context (front_door's and fleet_cache's validate:).",
+        default="/usr/local/libexec/gpubox/nginx-check",
+        comment="The checker that runs `nginx -t` on a file for nginx's http context before it lands, in a main "
+        "configuration of its\nown (tasks/nginx_check.yml); roles/front_door and roles/fleet_cache validate with it.",
+    ),
+    Row(
         "gpubox_reboot_skip",
         "bool",
         "Do not reboot this box now even when the host layer needs it (the reason is still reported); works per host.",

@@ -274,3 +274,30 @@ def test_the_dependency_check_sees_a_fact_in_jinja_and_not_in_prose(tmp_path: Pa
     )
     used = _gpubox_facts_used(tmp_path, {"gpubox_port", "gpubox_model_root", "gpubox_env_prefix"})
     assert used == {"gpubox_model_root", "gpubox_env_prefix"}
+
+
+# Every file of the checkout but what git, the venvs and the caches keep (the collection's link loops back here).
+_SKIP = {".git", ".venv", ".lockvenv", ".ansible", ".cache", "collections", ".pytest_cache", ".ruff_cache"}
+
+
+def test_one_nginx_checker_owned_by_the_gpubox_role_used_by_both_nginx_roles() -> None:
+    # front_door and fleet_cache each kept a copy of files/nginx-check (a role reads nothing outside its own
+    # directory) and the copies drifted: the LAN cache's missed the private temp directories, so its `nginx -t`
+    # made /var/lib/nginx/* nobody's. One copy now, which the gpubox role owns and installs (tasks/nginx_check.yml).
+    marker = "Usage: nginx-check FILE"
+    copies = sorted(
+        str(path.relative_to(ROOT))
+        for path in ROOT.rglob("*")
+        if path.is_file()
+        and not _SKIP & set(path.relative_to(ROOT).parts)
+        and ("nginx-check" in path.name or marker in path.read_text(errors="replace")[:2000])
+    )
+    assert copies == ["roles/gpubox/files/nginx-check"]
+    installer = (ROOT / "roles" / "gpubox" / "tasks" / "nginx_check.yml").read_text()
+    assert "src: nginx-check" in installer and 'dest: "{{ gpubox_nginx_check }}"' in installer
+    for role in ("front_door", "fleet_cache"):
+        tasks = "\n".join(path.read_text() for path in sorted((ROOT / "roles" / role / "tasks").glob("*.yml")))
+        assert "name: gpubox\n" in tasks and "tasks_from: nginx_check\n" in tasks, role
+        validates = re.findall(r"^\s*validate: (.*)$", tasks, re.M)
+        assert validates and set(validates) == {'"{{ gpubox_nginx_check }} %s"'}, (role, validates)
+        assert not (ROOT / "roles" / role / "files" / "nginx-check").exists(), role
