@@ -268,3 +268,62 @@ def test_the_config_json_form_takes_only_its_keys() -> None:
         )
     with pytest.raises(ValueError, match="weights_bytes"):
         model_catalog.inventory_model("org/m", {"config_json": qwen3_next(), "weights_bytes": 0})
+
+
+# The models people buy these boxes for, each on the topology where it fits (issue 45): planned on the supported
+# stack, refused by name on the pinned one, before any change (preflight runs this plan).
+RTX_3090 = {"name": "NVIDIA GeForce RTX 3090", "count": 2, "memory_total_mib": 24576}
+RTX_4090 = {"name": "NVIDIA GeForce RTX 4090", "count": 4, "memory_total_mib": 24564}
+FAMILY_BOXES = {
+    "Qwen/Qwen3-30B-A3B-GPTQ-Int4": (RTX_3090, 32768),
+    "openai-mirror/gpt-oss-20b": (RTX_3090, 65536),
+    "google/gemma-2-9b-it": (RTX_3090, 8192),
+    "Qwen/Qwen3-30B-A3B": (RTX_4090, 32768),
+    "openai-mirror/gpt-oss-120b": (RTX_4090, 32768),
+    "google/gemma-3-27b-it": (RTX_4090, 32768),
+    "Qwen/Qwen3-Next-80B-A3B-Instruct-FP8": (RTX_4090, 32768),
+    "ibm-granite/granite-4.0-h-small": (RTX_4090, 32768),
+}
+
+
+@pytest.mark.parametrize("model_id", sorted(FAMILY_BOXES))
+def test_the_family_models_plan_on_their_topology_and_are_refused_on_the_pinned_stack(model_id: str) -> None:
+    gpu, max_len = FAMILY_BOXES[model_id]
+    model = {**model_catalog.catalog_model(model_id), "model_id": model_id}
+    serving = {
+        "tensor_parallel_size": gpu["count"],
+        "pipeline_parallel_size": 1,
+        "gpu_memory_utilization": 0.92,
+        "max_model_len": max_len,
+        "max_num_seqs": 8,
+    }
+    plan = capacity_planner.plan(model, gpu, serving, stack="lts-580")
+    assert plan["fits"], plan["errors"]
+    assert plan["kv_tokens"] >= max_len and plan["weights_gib_per_gpu"] > 1
+    layout = capacity_layout.layout(model["config_json"])
+    pinned = capacity_planner.plan(model, gpu, serving, stack="pinned-0.7.3")
+    (error,) = pinned["errors"]
+    assert f"{model_id} is a {layout.family} model" in error
+    assert "set gpubox_stack: lts-580 (vLLM 0.32.0), which serves it" in error
+
+
+def test_a_bf16_model_too_large_for_a_topology_is_refused_naming_the_fix() -> None:
+    model = {**model_catalog.catalog_model("Qwen/Qwen3-30B-A3B"), "model_id": "Qwen/Qwen3-30B-A3B"}
+    serving = {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "gpu_memory_utilization": 0.92,
+               "max_model_len": 8192, "max_num_seqs": 8}  # fmt: skip
+    plan = capacity_planner.plan(model, RTX_3090, serving, stack="lts-580")
+    assert not plan["fits"] and "use a quantized model" in plan["errors"][0]
+
+
+def test_the_post_kv_sampler_warm_up_is_refused_when_the_headroom_cannot_hold_it() -> None:
+    model = {**model_catalog.catalog_model("openai-mirror/gpt-oss-20b"), "model_id": "gpt-oss"}
+    serving = {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "gpu_memory_utilization": 0.99,
+               "max_model_len": 512, "max_num_seqs": 1024, "max_num_batched_tokens": 8192}  # fmt: skip
+    plan = capacity_planner.plan(model, RTX_3090, serving, stack="lts-580")
+    assert any("sampler warm-up" in e for e in plan["errors"]), plan["errors"]
+    # 1024 rows x 201,088 vocabulary x 14 B is 2.69 GiB; 0.99 leaves under 1 GiB, 0.85 enough for 256 rows
+    assert plan["sampler_warmup_gib"] == pytest.approx(14 * 1024 * 201088 / GIB)
+    calmer = capacity_planner.plan(model, RTX_3090, {**serving, "gpu_memory_utilization": 0.85, "max_num_seqs": 256},
+                                   stack="lts-580")  # fmt: skip
+    assert calmer["fits"], calmer["errors"]
+    assert calmer["warmup_headroom_gib"] > calmer["sampler_warmup_gib"]
