@@ -10,6 +10,7 @@ two families counts in both); a case that failed to start for memory must be pla
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 from typing import Any
@@ -52,6 +53,9 @@ SERVING_KEYS = (
 )
 
 
+QUANTIZED_NAME = re.compile(r"(?i)(int4|int8|awq|gptq|fp8|fp4|autoround|4bit|8bit|gguf)")
+
+
 class MissingInput(ValueError):
     """A case that lacks a planner input (the log did not print it and the case states no assumption)."""
 
@@ -66,8 +70,9 @@ def load(directory: Path = FAMILY_DIR) -> list[dict[str, Any]]:
 
 
 def _release(version: Any) -> tuple[int, ...] | None:
+    """(major, minor) of a logged vLLM version; None when unknown (a source build's "0.1.devN" says nothing)."""
     parts = str(version or "").split(".")
-    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]):
+    if len(parts) < 2 or not all(p.isdigit() for p in parts[:2]) or str(version).startswith("0.1.dev"):
         return None
     return tuple(int(p) for p in parts[:2])
 
@@ -91,10 +96,17 @@ def inputs(case: dict[str, Any]) -> tuple[dict, dict, dict]:
         model["weights_source"] = "logged"
     else:  # what the planner's catalog does before a download: the shapes and the quantization_config
         text = capacity_layout.text_config(spec["config"])
+        quant = spec["config"].get("quantization_config") or text.get("quantization_config")
+        named = QUANTIZED_NAME.search(str(spec.get("id", "")))
+        if not quant and (serving_in.get("quantization") or named):
+            raise MissingInput("no weights figure, and a quantized checkpoint without its quantization_config")
         found = capacity_layout.layout(spec["config"])
-        model["weights_bytes"] = capacity_weights.estimated_checkpoint_bytes(
-            text, found, spec["config"].get("quantization_config") or text.get("quantization_config")
-        )
+        try:
+            model["weights_bytes"] = capacity_weights.estimated_checkpoint_bytes(
+                text, found, spec["config"].get("quantization_config") or text.get("quantization_config")
+            )
+        except ValueError as exc:
+            raise MissingInput(f"no weights figure, and {exc}") from None
         model["weights_source"] = "estimated"
     # a config.json without torch_dtype runs in the dtype vLLM logs (every V1 engine line here: torch.bfloat16)
     model["torch_dtype"] = model["torch_dtype"] or serving_in.get("dtype") or "bfloat16"
@@ -127,6 +139,18 @@ def families_of(case: dict[str, Any]) -> list[str]:
     return [f for f in FAMILIES if f in str(case.get("family", "")).split("+")]
 
 
+# vLLM logged "GPU KV cache size" as (num_blocks // KV groups) x block size before the 0.2x releases, as
+# int(concurrency x max_model_len) after (the eole 0.13 and GKE 0.10.1.1 Gemma 3 logs fit the first, the 0.26
+# MedGemma log the second).
+OLD_TOKEN_LINE_BEFORE = (0, 20)
+
+
+def _page_inputs(model: Any, serving: Any) -> tuple[int, int]:
+    layer_token = 2 * max(1, model.kv_heads // serving.tp) * model.head_dim * serving.kv_dtype_bytes
+    rec = model.layout.recurrent
+    return layer_token, capacity_v1.recurrent_state_bytes(rec, serving.tp, model.dtype_bytes) if rec else 0
+
+
 def kv_shape(case: dict[str, Any]) -> dict[str, Any] | None:
     """The planner's KV sizing checked alone, on the memory vLLM logged: the tokens it would log for the logged
     "Available KV cache memory" and the GiB one max_model_len request needs (vLLM's refusal prints it). Needs only
@@ -154,7 +178,15 @@ def kv_shape(case: dict[str, Any]) -> dict[str, Any] | None:
     out: dict[str, Any] = {"needed_gib": needed / GIB}
     if logged.get("kv_cache_gib") is not None and logged.get("kv_tokens") is not None and logged["kv_cache_gib"] > 0:
         available = int(logged["kv_cache_gib"] * GIB)
-        out["tokens"] = int((available // per_block) / blocks * serving_facts.max_model_len)
+        num_blocks = available // per_block
+        release = _release(case.get("vllm_version"))
+        if release and release < OLD_TOKEN_LINE_BEFORE:  # (blocks // groups) x block size
+            groups = len(capacity_v1.group_kinds(model_facts.layout.kinds))
+            page_inputs = _page_inputs(model_facts, serving_facts)
+            block = capacity_v1.attention_block_size(serving_facts.block_size, *page_inputs)
+            out["tokens"] = num_blocks // groups * block
+        else:
+            out["tokens"] = int(num_blocks / blocks * serving_facts.max_model_len)
     return out
 
 

@@ -242,6 +242,12 @@ def attention_block_size(block: int, layer_token_bytes: int, state_bytes: int) -
     return MAMBA_ALIGN_TOKENS * math.ceil(state_bytes / (MAMBA_ALIGN_TOKENS * layer_token_bytes))
 
 
+def group_kinds(kinds: tuple[str, ...]) -> list[str]:
+    """The kind of each KV cache group vLLM forms over ``kinds`` (one entry a group)."""
+    buckets = {kind: kinds.count(kind) for kind in ("full", "sliding", "linear") if kind in kinds}
+    return [kind for kind, groups in _group_sizes(buckets).items() for _ in groups]
+
+
 def _group_sizes(buckets: dict[str, int]) -> dict[str, list[int]]:
     """The group sizes each bucket of layers splits into (one group of everything for a single bucket)."""
     if len(buckets) == 1:

@@ -100,6 +100,8 @@ def _quant_bytes(quant: dict[str, Any], dtype_bytes: int) -> tuple[float, float]
         block = quant.get("weight_block_size") or [128, 128]
         per = 1 + 4 / (int(block[0]) * int(block[1]))  # e4m3 weights and an fp32 scale per block
         return per, per
+    if method:
+        raise ValueError(f"quantization_config quant_method {method!r}: the shape estimate does not size it")
     return float(dtype_bytes), float(dtype_bytes)
 
 

@@ -327,3 +327,29 @@ def test_the_post_kv_sampler_warm_up_is_refused_when_the_headroom_cannot_hold_it
                                    stack="lts-580")  # fmt: skip
     assert calmer["fits"], calmer["errors"]
     assert calmer["warmup_headroom_gib"] > calmer["sampler_warmup_gib"]
+
+
+def _kv_sizing_cases() -> list[tuple[str, float]]:
+    """(case, planned/logged - 1) for every public log whose KV sizing the planner reproduces on the memory the log
+    reports: the release is known (its token line's formula), no speculative decoding (a drafter's layers join the
+    cache; not planned yet) and one pipeline stage."""
+    from bench import families
+
+    out = []
+    for case in families.load():
+        shape, logged, serving = families.kv_shape(case), case["logged"], case["serving"]
+        if not shape or serving.get("speculative_config") or (serving.get("pipeline_parallel_size") or 1) != 1:
+            continue
+        if families._release(case.get("vllm_version")) is None:
+            continue
+        if "tokens" in shape and logged.get("kv_tokens"):
+            out.append((case["id"], shape["tokens"] / logged["kv_tokens"] - 1))
+        if logged.get("kv_needed_for_max_model_len_gib"):
+            out.append((case["id"], shape["needed_gib"] / logged["kv_needed_for_max_model_len_gib"] - 1))
+    return out
+
+
+def test_the_kv_sizing_reproduces_the_public_logs_within_5_percent() -> None:
+    cases = _kv_sizing_cases()
+    assert len(cases) >= 6, cases
+    assert [(case, round(error, 3)) for case, error in cases if abs(error) > 0.05] == []
