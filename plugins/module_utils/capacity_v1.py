@@ -245,7 +245,7 @@ def attention_block_size(block: int, layer_token_bytes: int, state_bytes: int) -
 def group_kinds(kinds: tuple[str, ...]) -> list[str]:
     """The kind of each KV cache group vLLM forms over ``kinds`` (one entry a group)."""
     buckets = {kind: kinds.count(kind) for kind in ("full", "sliding", "linear") if kind in kinds}
-    return [kind for kind, groups in _group_sizes(buckets).items() for _ in groups]
+    return [kind for kind, groups in _group_sizes(buckets).items() for _group in groups]
 
 
 def _group_sizes(buckets: dict[str, int]) -> dict[str, list[int]]:

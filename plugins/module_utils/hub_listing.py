@@ -254,7 +254,7 @@ def nesting_over(body: bytes, limit: int) -> bool:
     pairs, one level (a linear scan in C, at most ``limit`` of them). Unbalanced text is not called deep
     (json says what is wrong with it)."""
     brackets = _JSON_STRING.sub(b"", body).translate(None, _NOT_BRACKETS)
-    for _ in range(limit):
+    for _level in range(limit):
         if not brackets:
             return False
         inner = _INNERMOST.sub(b"", brackets)

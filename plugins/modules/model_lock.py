@@ -16,7 +16,7 @@ description:
     only for its content. The file is written whole (temp file, rename) and only when an entry changes.
   - Each item is an answer of the hub as one box got it. An answer that came through the LAN cache (its
     C(endpoint) is the item's C(cache_endpoint)) or over plain http (unless the item's C(allow_http)) is
-    refused, and so are boxes whose answers for one key differ (commit or content): the message names each
+    refused, and so are boxes whose answers for one key differ (commit or content); the message names each
     answer and its boxes, and nothing is written.
   - Runs where the lock file lives, the controller (delegated to localhost).
 options:
