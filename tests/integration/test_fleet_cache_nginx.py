@@ -55,7 +55,7 @@ BOX_LAN = "10.231.94.11"
 LAN_OTHER = "10.231.94.99"
 
 # What a box's client may send that changes a hub's answer or says who asks; the key is the path, Revision and FilePath.
-CLIENT_HEADERS = ("Authorization", "Cookie", "Accept-Encoding", "User-Agent", "Accept-Language", "X-Box-Secret")
+CLIENT_HEADERS = ("Authorization", "Cookie", "Accept-Encoding", "User-Agent", "Accept-Language", "X-Box-Private")
 
 pytestmark = pytest.mark.skipif(NGINX is None, reason="nginx is not installed (apt-get install -y nginx)")
 
@@ -453,7 +453,7 @@ BOX_A_HEADERS = {
     "Accept-Encoding": "gzip",
     "User-Agent": "modelscope/box-a",
     "Accept-Language": "zh-CN",
-    "X-Box-Secret": "box-a",
+    "X-Box-Private": "box-a",
 }
 
 
