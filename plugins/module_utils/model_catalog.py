@@ -327,18 +327,15 @@ KNOWN_QUANTIZATIONS = tuple(sorted({m for r in vllm_words.RELEASES.values() for 
 
 
 def _inventory_config_json(name: str, model_id: str, facts: dict[str, Any]) -> dict[str, Any]:
-    """gpubox_model_config in its config.json form: the published config.json and the weight files' size."""
-    unknown = sorted(set(facts) - set(CONFIG_JSON_FORM))
-    if unknown:
-        raise ValueError(
-            f"{name} gives config_json, so its other keys may only be {', '.join(CONFIG_JSON_FORM[1:])}; it has "
-            f"{', '.join(unknown)}: the planner reads every other fact from config_json"
-        )
+    """gpubox_model_config in its config.json form: the published config.json and the weight files' size.
+
+    A fact the planner reads from config_json may be given beside it only with the same value (the validated form
+    this returns carries them all, so validating it again gives it back); a different one is refused by name."""
     weights = facts.get("weights_bytes")
     if isinstance(weights, bool) or not isinstance(weights, int) or not 0 < weights <= MAX_WEIGHTS_BYTES:
         raise ValueError(
             f"{name}: weights_bytes must be the total size of {model_id}'s weight files in bytes (1 to "
-            f"{MAX_WEIGHTS_BYTES:,}), got {weights!r}"
+            f"{MAX_WEIGHTS_BYTES:,}), got {str(weights)[:40]!r}"
         )
     for key in ("source", "weights_source"):
         if facts.get(key) is not None and not isinstance(facts[key], str):
@@ -347,10 +344,22 @@ def _inventory_config_json(name: str, model_id: str, facts: dict[str, Any]) -> d
         model = model_from_config_json(facts["config_json"], weights)
     except (TypeError, ValueError) as exc:
         raise ValueError(f"{name} config_json of {model_id}: {exc}") from None
+    unknown = sorted(k for k in set(facts) - set(CONFIG_JSON_FORM) if not isinstance(k, str) or k not in model)
+    if unknown:
+        raise ValueError(
+            f"{name} gives config_json, so its other keys may only be {', '.join(CONFIG_JSON_FORM[1:])}; it has "
+            f"{', '.join(map(str, unknown))}: the planner reads every other fact from config_json"
+        )
+    differ = sorted(k for k in set(facts) - set(CONFIG_JSON_FORM) if facts[k] != model[k])
+    if differ:
+        raise ValueError(
+            f"{name}: {', '.join(f'{k}={facts[k]!r}' for k in differ)} disagree with config_json "
+            f"({', '.join(f'{k}={model[k]!r}' for k in differ)}): give the fact once, in config_json"
+        )
     model["weights_source"] = facts.get("weights_source") or f"gpubox_model_config weights_bytes ({weights:,} B)"
-    model["source"] = f"inventory gpubox_model_config config_json for {model_id}" + (
-        f" ({facts['source']})" if facts.get("source") else ""
-    )
+    source = facts.get("source") or ""
+    prefix = f"inventory gpubox_model_config config_json for {model_id}"
+    model["source"] = source if source.startswith(prefix) else prefix + (f" ({source})" if source else "")
     return model
 
 

@@ -262,10 +262,15 @@ def test_any_hostile_config_value_is_refused_or_planned_never_raised(key: str) -
 
 
 def test_the_config_json_form_takes_only_its_keys() -> None:
-    with pytest.raises(ValueError, match="num_hidden_layers"):
+    with pytest.raises(ValueError, match="num_hidden_layers=40 disagree with config_json"):
         model_catalog.inventory_model(
-            "org/m", {"config_json": qwen3_next(), "weights_bytes": 10**10, "num_hidden_layers": 48}
+            "org/m", {"config_json": qwen3_next(), "weights_bytes": 10**10, "num_hidden_layers": 40}
         )
+    with pytest.raises(ValueError, match="its other keys may only be"):
+        model_catalog.inventory_model("org/m", {"config_json": qwen3_next(), "weights_bytes": 10**10, "layers": 4})
+    # the validated form (config_json and the facts read from it) validates to itself
+    once = model_catalog.inventory_model("org/m", {"config_json": qwen3_next(), "weights_bytes": 10**10})
+    assert model_catalog.inventory_model("org/m", once) == once
     with pytest.raises(ValueError, match="weights_bytes"):
         model_catalog.inventory_model("org/m", {"config_json": qwen3_next(), "weights_bytes": 0})
 
