@@ -46,6 +46,7 @@ EXPERT_COUNT_KEYS = ("num_experts", "num_local_experts", "n_routed_experts")
 TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
 MAX_DIM = 1 << 24
 FAMILIES = ("dense", "moe", "sliding", "hybrid")
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")  # DeepSeek/GLM's, Qwen3-Next/Qwen3.5's
 # gpubox_model_config's attention word in the facts form (without config_json): only "full" is planned from facts.
 ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
 # config.json keys that mean a mixture-of-experts model (Mixtral: num_local_experts; Qwen-MoE: num_experts,
@@ -102,6 +103,7 @@ class Layout:
     experts: Experts | None
     recurrent: Recurrent | None
     sinks: bool
+    mtp: int = 0  # multi-token-prediction layers (num_nextn_predict_layers / mtp_num_hidden_layers), for MTP drafts
 
     def count(self, kind: str) -> int:
         return self.kinds.count(kind)
@@ -289,6 +291,7 @@ def layout(config: Any) -> Layout:
         experts=_experts(text, layers),
         recurrent=_recurrent(text, kinds, hidden),
         sinks=bool(text.get("attention_sinks") or str(text.get("model_type", "")) == "gpt_oss"),
+        mtp=next((_int(text, key, fix, 0) for key in MTP_KEYS if key in text), 0),
     )
 
 

@@ -82,10 +82,9 @@ models over-count a little).
 vLLM's V1 engine (``engine="v1"``, the lts stack's vLLM) budgets memory differently; its terms, constants and
 calibration live in capacity_v1.py.
 
-Model families: a model's layers come from its published config.json (``config_json``, read by
-capacity_layout): mixture-of-experts, sliding-window/interleaved and hybrid (linear-attention/Mamba) layers are
-planned on the V1 engine (capacity_v1) and refused by name on a stack whose release the planner does not model
-them for, naming the stacks that serve them (vllm_words.Release.families). Multi-head latent attention is refused.
+Model families (config_json, read by capacity_layout): mixture-of-experts, sliding-window and hybrid models are
+planned on the V1 engine (capacity_v1) and refused by name, naming the stacks that serve them, on a release the
+planner does not model them for (vllm_words.Release.families). Multi-head latent attention is refused.
 """
 
 from __future__ import annotations
@@ -209,6 +208,7 @@ class ServingFacts:
     engine: str = DEFAULT_ENGINE
     cudagraph_gib: float = 0.0  # V1: CUDA-graph memory counted in the KV budget (0 for V0, eager or outside)
     sampler: str = "native-sort"  # V1: the profiling run's top-k/top-p path (capacity_v1.SAMPLERS); V0 sorts
+    speculative: dict | None = None  # V1: gpubox_speculative_config (capacity_v1.speculative_* size it)
 
 
 @dataclass
@@ -445,14 +445,14 @@ def _serving_facts(
 
     cudagraph = capacity_v1.cudagraph_gib(serving, eager, col.errors) if engine == "v1" else 0.0
     sampler = capacity_v1.sampler_path(serving, col.errors) if engine == "v1" else "native-sort"
+    speculative = capacity_v1.speculative_input(serving, model, col.errors) if engine == "v1" else None
 
     errors.extend(col.errors)
     if col.errors:
         return None
     kv_bytes = (model.dtype_bytes if model else 2) if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
-    return ServingFacts(
-        tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block, engine, cudagraph, sampler
-    )
+    facts = (tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block, engine, cudagraph)
+    return ServingFacts(*facts, sampler, speculative)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
@@ -551,7 +551,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     blocks = max(0, int(kv_bytes // (serving.block_size * per_token)))
     tokens = blocks * serving.block_size
     requests = blocks / math.ceil(serving.max_model_len / serving.block_size)
-    if model.layout is not None and serving.engine == "v1":  # vLLM 0.32's figure: requests that fit x max_model_len
+    if serving.engine == "v1" and (model.layout is not None or serving.speculative):  # vLLM 0.32's token figure
         per_request, per_block, request_blocks = capacity_v1.family_request_bytes(model, serving)
         blocks = max(0, int(kv_bytes // per_block))
         tokens = int(blocks / request_blocks * serving.max_model_len)

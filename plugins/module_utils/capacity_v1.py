@@ -325,12 +325,14 @@ def moe_live_bytes(tokens: int, hidden: int, experts: Any, tp: int, act_bytes: i
 
 
 def family_request_bytes(model: Any, serving: Any) -> tuple[int, int, int]:
-    """request_bytes() of a non-dense layout (capacity_planner's ModelFacts and ServingFacts), per pipeline stage."""
+    """request_bytes() of a non-dense layout (capacity_planner's ModelFacts and ServingFacts), per pipeline stage;
+    the model's multi-token-prediction layers join the full-attention layers when speculative decoding uses them."""
     layout = model.layout
     layer_token = 2 * max(1, model.kv_heads // serving.tp) * model.head_dim * serving.kv_dtype_bytes
-    rec = layout.recurrent
+    rec = layout.recurrent if layout else None
     state = (recurrent_state_bytes(rec, serving.tp, model.dtype_bytes), STATE_PAGES[rec.kind]) if rec else (0, 0)
-    kinds = layout.kinds[: math.ceil(len(layout.kinds) / serving.pp)]
+    all_kinds = (layout.kinds if layout else ("full",) * model.layers) + ("full",) * speculative_layers(serving)
+    kinds = all_kinds[: math.ceil(len(all_kinds) / serving.pp)]
     return request_bytes(
         kinds, layout.window, layer_token, state, serving.max_model_len, serving.max_num_batched_tokens,
         serving.block_size,
@@ -343,7 +345,8 @@ def persistent_bytes(model: Any, serving: Any) -> float:
     act_bytes = 2 if model.dtype_bytes < 2 else model.dtype_bytes
     tokens = serving.max_num_batched_tokens
     workspace = moe_workspace_bytes(tokens, model.hidden, experts, serving.tp, act_bytes) if experts else 0.0
-    return runner_buffer_bytes(serving.sampler, serving.max_num_seqs, model.vocab, workspace)
+    buffers = runner_buffer_bytes(serving.sampler, serving.max_num_seqs, model.vocab, workspace)
+    return buffers + speculative_buffer_bytes(serving)
 
 
 def warmup_check(
@@ -367,3 +370,57 @@ def mamba_blocks_problem(layout: Any, serving: Any, blocks: int) -> str | None:
         "with recurrent (Mamba/linear-attention) layers: vLLM refuses to start (each decoding sequence needs one "
         f"block); lower gpubox_max_num_seqs to at most {blocks} or raise gpubox_gpu_memory_utilization"
     )
+
+
+# --------------------------------------------------------------------------- speculative decoding
+# vLLM 0.32.0, Model Runner V2 (vllm/v1/worker/gpu/spec_decode, vllm/config/speculative.py):
+# * "ngram" runs on the GPU in V2 (gpu/spec_decode/ngram/speculator.py): no weights and no KV layers, but every
+#   request's token ids become dense on the GPU (gpu/model_runner.py, gpu/states.py): max_num_seqs x max_model_len
+#   int32, a scratch of ceil(max_model_len / 256) int64 per sequence and the drafts (k int64 each), in the budget.
+# * "mtp" drafts with the model's own multi-token-prediction layers (num_nextn_predict_layers in DeepSeek/GLM
+#   configs, mtp_num_hidden_layers in Qwen3-Next/Qwen3.5's): their weights are in the checkpoint's files (counted),
+#   their attention layers join the KV cache as full-attention layers (gpu/spec_decode/speculator.py is_draft_layer).
+MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")  # capacity_layout reads them (Layout.mtp)
+NGRAM_SCRATCH_TOKENS = 256
+
+
+def speculative_input(serving: dict, model: Any, errors: list[str]) -> dict | None:
+    """``serving["speculative_config"]`` (already the validator's mapping when it comes from the inventory), with
+    ``layers``: the MTP layers it adds; None without. Appends an error naming the key and the fix."""
+    config = serving.get("speculative_config")
+    if config is None:
+        return None
+    if not isinstance(config, dict) or config.get("method") not in ("ngram", "mtp"):
+        errors.append(
+            f"gpubox_speculative_config must be a mapping whose method is ngram or mtp, got {value_text.short(config)}"
+        )
+        return None
+    tokens = config.get("num_speculative_tokens")
+    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
+        errors.append(f"gpubox_speculative_config num_speculative_tokens must be 1-16, got {value_text.short(tokens)}")
+        return None
+    layers = 0
+    if config["method"] == "mtp":
+        source = model.layout.mtp if model is not None and model.layout is not None else 0
+        if not source:
+            errors.append(
+                "gpubox_speculative_config method mtp needs the model's multi-token-prediction layers "
+                f"({' or '.join(MTP_KEYS)} in its config.json, given as gpubox_model_config config_json): this model "
+                "has none; use method ngram"
+            )
+            return None
+        layers = source
+    return {**config, "layers": layers}
+
+
+def speculative_layers(serving: Any) -> int:
+    return int((serving.speculative or {}).get("layers", 0))
+
+
+def speculative_buffer_bytes(serving: Any) -> float:
+    """The n-gram speculator's token ids and scratch on the GPU (0 for mtp and without speculative decoding)."""
+    config = serving.speculative or {}
+    if config.get("method") != "ngram":
+        return 0.0
+    per_seq = serving.max_model_len * FP32 + math.ceil(serving.max_model_len / NGRAM_SCRATCH_TOKENS) * 8
+    return serving.max_num_seqs * (per_seq + 8 * config["num_speculative_tokens"])

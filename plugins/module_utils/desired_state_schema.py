@@ -341,6 +341,17 @@ ROWS: tuple[Row, ...] = (
         planner="serving.enforce_eager",
     ),
     Row(
+        "gpubox_speculative_config",
+        "raw",
+        "vLLM --speculative-config on lts-580 (vLLM 0.32): {method: ngram or mtp, num_speculative_tokens: 1-16, "
+        "prompt_lookup_min/max for ngram}; the planner counts its memory. Null for none.",
+        doc_type="dict or null",
+        check="speculative_config",
+        type_note=_NULL_TEXT.format("dict"),
+        flag=Flag("--speculative-config", 170, stacks=("lts-580",)),
+        planner="serving.speculative_config",
+    ),
+    Row(
         "gpubox_served_model_name",
         "str",
         "Name clients ask for (vLLM --served-model-name); not a flag.",

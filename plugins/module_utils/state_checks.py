@@ -319,6 +319,58 @@ def _model_config(name: str, value: Any) -> dict[str, Any]:
         raise _Bad(str(exc)) from None
 
 
+# --speculative-config methods gpubox plans (vLLM 0.32.0 vllm/config/speculative.py): n-gram lookup and the model's
+# own multi-token-prediction layers need no second model; a draft model or an EAGLE head is a second checkpoint the
+# model store does not fetch yet. The deprecated per-model MTP names are "mtp" since 0.32.
+SPECULATIVE_METHODS = ("ngram", "mtp")
+_SPECULATIVE_SECOND_MODEL = ("draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator")
+_SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
+
+
+def _speculative_config(name: str, value: Any) -> dict[str, Any]:
+    if not isinstance(value, Mapping):
+        raise _Bad(f"{name} must be a mapping like {{method: ngram, num_speculative_tokens: 3}}, got {_short(value)}")
+    method = value.get("method")
+    if method in _SPECULATIVE_SECOND_MODEL:
+        raise _Bad(
+            f"{name} method {method!r} needs a second model (the draft or head) on the box, which the model store does "
+            f"not fetch yet: use one of {', '.join(SPECULATIVE_METHODS)}"
+        )
+    if method not in SPECULATIVE_METHODS:
+        raise _Bad(f"{name} method must be one of {', '.join(SPECULATIVE_METHODS)}, got {_short(method)}")
+    unknown = sorted(str(k) for k in value if k not in _SPECULATIVE_KEYS or (method == "mtp" and "lookup" in str(k)))
+    if unknown:
+        raise _Bad(f"{name} has keys gpubox does not plan: {', '.join(unknown)}; use {', '.join(_SPECULATIVE_KEYS)}")
+    out: dict[str, Any] = {"method": method}
+    for key, low, high, required in (
+        ("num_speculative_tokens", 1, 16, True),
+        ("prompt_lookup_min", 1, 64, False),
+        ("prompt_lookup_max", 1, 64, False),
+    ):
+        number = value.get(key)
+        if number is None and not required:
+            continue
+        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
+            raise _Bad(f"{name} {key} must be an integer from {low} to {high}, got {_short(number)}")
+        out[key] = number
+    if out.get("prompt_lookup_min", 1) > out.get("prompt_lookup_max", 64):
+        raise _Bad(f"{name} prompt_lookup_min must not exceed prompt_lookup_max")
+    return out
+
+
+def speculative_stack_problem(config: Any, stack: Any) -> str | None:
+    """--speculative-config on a stack whose vLLM does not take it (vLLM 0.7.3 has --speculative-model instead)."""
+    if config is None or not isinstance(stack, str) or stack not in stacks.STACKS:
+        return None
+    if any(flag.name == "--speculative-config" for flag, _name in schema.command_line(stack)):
+        return None
+    serving = [n for n in stacks.NAMES if any(f.name == "--speculative-config" for f, _ in schema.command_line(n))]
+    return (
+        f"gpubox_speculative_config is set but gpubox_stack {stack} runs vLLM {stacks.STACKS[stack].vllm}, which takes "
+        f"no --speculative-config: set gpubox_stack: {' or '.join(serving)}, or gpubox_speculative_config: null"
+    )
+
+
 def _networks(name: str, value: Any) -> list[str]:
     try:
         return net_checks.networks(name, value)
@@ -494,6 +546,7 @@ _CHECKERS: dict[str, Callable[[str, Any], Any]] = {
     "revision": _text(_REVISION_RE, "use a ModelScope revision (a branch, tag or commit), e.g. master or v1.0.0"),
     "lock_file": _lock_file,  # the lock of moving revisions, on the controller (lock_file.py)
     "model_config": _model_config,
+    "speculative_config": _speculative_config,
     "stack": _stack,
     "block_size": _block_size,
     "served_name": _served_name,
@@ -626,6 +679,9 @@ def _cross_checks(state: State) -> None:
     quantization = stack_quantization_problem(v.get("gpubox_model_quantization"), stack)
     if quantization:
         state.errors.append(quantization)
+    speculative = speculative_stack_problem(v.get("gpubox_speculative_config"), stack)
+    if speculative:
+        state.errors.append(speculative)
     tp, pp, count = (
         v.get("gpubox_tensor_parallel_size"),
         v.get("gpubox_pipeline_parallel_size"),

@@ -14,6 +14,7 @@ state_checks.py, the one validator preflight uses too, so every error names the 
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -88,6 +89,8 @@ def vllm_args(
         if flag.renders == "switch":
             if bool(value) is not flag.inverted:
                 args.append(flag.name)
+        elif isinstance(value, Mapping):  # a JSON flag (--speculative-config): compact, keys sorted
+            args += [flag.name, json.dumps(dict(value), sort_keys=True, separators=(",", ":"))]
         elif value is not None and value not in flag.omit:
             args += [flag.name, _text(value)]
     if not isinstance(refuse_request_chat_template, bool):

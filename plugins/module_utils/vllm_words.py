@@ -151,7 +151,8 @@ RELEASES: dict[str, Release] = {
                 "--guided-decoding-backend": "vLLM 0.32.0 names the backend in --structured-outputs-config "
                 '\'{"backend": "xgrammar"}\' (auto, xgrammar, guidance, outlines, lm-format-enforcer; auto is its '
                 "default)",
-                "--speculative-model": "vLLM 0.32.0 takes a draft model in --speculative-config",
+                "--speculative-model": "vLLM 0.32.0 takes speculative decoding in --speculative-config: set "
+                "gpubox_speculative_config (ngram or mtp)",
                 "--swap-space": "the V1 engine has no CPU swap space; remove it",
             },
         ),

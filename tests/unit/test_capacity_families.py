@@ -358,3 +358,55 @@ def test_the_kv_sizing_reproduces_the_public_logs_within_5_percent() -> None:
     cases = _kv_sizing_cases()
     assert len(cases) >= 6, cases
     assert [(case, round(error, 3)) for case, error in cases if abs(error) > 0.05] == []
+
+
+def test_speculative_decoding_is_planned_by_method() -> None:
+    """n-gram drafts cost the GPU copy of every request's token ids (V2); MTP drafts add the model's own prediction
+    layers to the KV cache; a model without MTP layers is refused for mtp by name."""
+    model = {**model_catalog.catalog_model("Qwen/Qwen3-Next-80B-A3B-Instruct-FP8"), "model_id": "q"}
+    serving = {"tensor_parallel_size": 4, "pipeline_parallel_size": 1, "gpu_memory_utilization": 0.92,
+               "max_model_len": 32768, "max_num_seqs": 8}  # fmt: skip
+    base = capacity_planner.plan(model, RTX_4090, serving, stack="lts-580")
+    ngram = capacity_planner.plan(
+        model, RTX_4090, {**serving, "speculative_config": {"method": "ngram", "num_speculative_tokens": 3}},
+        stack="lts-580",
+    )  # fmt: skip
+    token_ids = 8 * (32768 * 4 + 128 * 8 + 3 * 8)
+    assert ngram["runner_buffers_gib"] - base["runner_buffers_gib"] == pytest.approx(token_ids / GIB)
+    refused = capacity_planner.plan(
+        model, RTX_4090, {**serving, "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}},
+        stack="lts-580",
+    )  # fmt: skip
+    assert any("needs the model's multi-token-prediction layers" in e for e in refused["errors"])
+    with_mtp = {**model, "config_json": {**model["config_json"], "mtp_num_hidden_layers": 1}}
+    mtp = capacity_planner.plan(
+        with_mtp, RTX_4090, {**serving, "speculative_config": {"method": "mtp", "num_speculative_tokens": 2}},
+        stack="lts-580",
+    )  # fmt: skip
+    assert mtp["fits"], mtp["errors"]
+    assert mtp["kv_bytes_per_token_per_gpu"] > base["kv_bytes_per_token_per_gpu"]  # one more full-attention layer
+
+
+@pytest.mark.parametrize(
+    ("value", "word"),
+    [
+        ({"method": "eagle3", "num_speculative_tokens": 3}, "needs a second model"),
+        ({"method": "ngram"}, "num_speculative_tokens must be an integer"),
+        ({"method": "ngram", "num_speculative_tokens": 3, "model": "x"}, "keys gpubox does not plan: model"),
+        ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2}, "min"),
+        ("ngram", "must be a mapping"),
+    ],
+)
+def test_a_bad_speculative_config_is_refused_naming_the_variable(value: object, word: str) -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+
+    _value, error = state_checks.check("gpubox_speculative_config", value)
+    assert error and error.startswith("gpubox_speculative_config") and word in error, error
+
+
+def test_speculative_config_is_refused_on_the_pinned_stack() -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+
+    problem = state_checks.speculative_stack_problem({"method": "ngram", "num_speculative_tokens": 3}, "pinned-0.7.3")
+    assert problem and "set gpubox_stack: lts-580" in problem
+    assert state_checks.speculative_stack_problem({"method": "ngram"}, "lts-580") is None

