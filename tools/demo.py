@@ -9,7 +9,8 @@ down: remove the box.
 
 Only the GPU is simulated (see molecule/shared/prepare.yml); the driver packages, apt, systemd, the
 GPU check unit and the vllm unit are real, and the engine is a real CPU build of vLLM serving a tiny
-test model (the group gpubox_sim_cpu_engine says why).
+test model (the group gpubox_sim_cpu_engine says why): on the supported stack, a tiny mixture-of-experts model
+(inventories/demo/host_vars/gpu-box.yml), which preflight plans from its config.json.
 """
 
 from __future__ import annotations

@@ -669,3 +669,28 @@ def test_preflight_refuses_an_mla_model_config_with_a_message_not_a_traceback() 
     assert refusals, result["errors"]
     assert "gpubox_model_config" in refusals[0] and config["gpubox_model_id"] in refusals[0]
     assert "Traceback" not in "\n".join(result["errors"])
+
+
+def test_the_demo_box_plans_its_tiny_moe_model_from_the_generated_config_json(tmp_path: Path) -> None:
+    """`make demo`'s box (inventories/demo/host_vars/gpu-box.yml): the supported stack and a tiny mixture-of-experts
+    model whose gpubox_model_config is make_tiny_model.py --arch qwen3_moe's config.json and weight file size; its
+    plan fits on the supported stack and the pinned stack refuses it by name."""
+    import subprocess
+
+    import yaml
+
+    demo = yaml.safe_load((ROOT / "inventories" / "demo" / "host_vars" / "gpu-box.yml").read_text())
+    subprocess.run(
+        [sys.executable, str(ROOT / "harness" / "hub" / "make_tiny_model.py"), str(tmp_path / "m"), "--arch",
+         demo["gpubox_sim_tiny_arch"]],
+        check=True,
+        capture_output=True,
+    )  # fmt: skip
+    facts = demo["gpubox_model_config"]
+    assert facts["config_json"] == json.loads((tmp_path / "m" / "config.json").read_text())
+    assert facts["weights_bytes"] == (tmp_path / "m" / "model.safetensors").stat().st_size
+    config = sim_cpu_engine_config() | {k: demo[k] for k in ("gpubox_stack", "gpubox_model_id", "gpubox_model_config")}
+    result = preflight_checks.preflight(healthy_host("gpu_2x3090"), config)
+    assert result["errors"] == [] and result["plan"]["fits"], result["errors"]
+    pinned = preflight_checks.preflight(healthy_host("gpu_2x3090"), config | {"gpubox_stack": "pinned-0.7.3"})
+    assert any("is a moe model" in e and "gpubox_stack: lts-580" in e for e in pinned["errors"]), pinned["errors"]
