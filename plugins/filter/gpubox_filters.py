@@ -4,6 +4,8 @@
     {{ vars | gpubox.gpubox.state_errors }}               -> problems of the desired state ([] when valid)
     {{ model | gpubox.gpubox.plan(gpu, serving[, engine]) }} -> memory plan of vLLM's start-up (engine v0: 0.7.3, v1)
     {{ plan | gpubox.gpubox.plan_table }}                 -> the plan as a text table
+    {{ journal | gpubox.gpubox.vllm_startup }}            -> vLLM's start-up KV figures (weights, KV GiB, tokens)
+    {{ measured | gpubox.gpubox.kv_report_line(plan) }}   -> the report's line: measured vs planned, the pin
     {{ model_id | gpubox.gpubox.expected_model(config) }} -> the model facts preflight plans from
     {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
     {{ state | gpubox.gpubox.vllm_args(host) }}           -> vLLM 0.7.3 api_server arguments
@@ -45,6 +47,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     tenants,
     vllm_cmdline,
 )
+from ansible_collections.gpubox.gpubox.plugins.module_utils import vllm_startup as startup
 
 
 def plan(model: dict, gpu: dict, serving: dict, engine: str = capacity_planner.DEFAULT_ENGINE) -> dict:
@@ -71,6 +74,16 @@ def expected_model(model_id: str, model_config: dict | None = None) -> dict:
 def config_mismatches(config_json: dict, model_id: str, model_config: dict | None = None) -> list[str]:
     """Where a downloaded config.json disagrees with the facts preflight planned from (empty: agrees)."""
     return model_catalog.config_mismatches(expected_model(model_id, model_config), config_json)
+
+
+def vllm_startup(journal: Any) -> dict[str, Any]:
+    """vLLM's start-up memory figures in a journal excerpt (module_utils.vllm_startup.measured)."""
+    return startup.measured(journal)
+
+
+def kv_report_line(measured: Any, plan: Any) -> str:
+    """The report's line: the plan's KV cache against what vLLM measured, and the value to pin."""
+    return startup.compared(plan, measured if isinstance(measured, dict) else {})
 
 
 def plan_table(result: dict[str, Any]) -> str:
@@ -217,6 +230,8 @@ class FilterModule:
             "expected_model": expected_model,
             "config_mismatches": config_mismatches,
             "plan_table": plan_table,
+            "vllm_startup": vllm_startup,
+            "kv_report_line": kv_report_line,
             "preflight": preflight,
             "state_errors": state_errors,
             "vllm_args": vllm_args,

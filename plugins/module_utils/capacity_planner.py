@@ -95,6 +95,7 @@ from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_layout,
+    capacity_text,
     capacity_v1,
     capacity_weights,
     model_catalog,
@@ -209,6 +210,7 @@ class ServingFacts:
     cudagraph_gib: float = 0.0  # V1: CUDA-graph memory counted in the KV budget (0 for V0, eager or outside)
     sampler: str = "native-sort"  # V1: the profiling run's top-k/top-p path (capacity_v1.SAMPLERS); V0 sorts
     speculative: dict | None = None  # V1: gpubox_speculative_config (capacity_v1.speculative_* size it)
+    kv_pinned: int | None = None  # V1: gpubox_kv_cache_memory_bytes, the budget vLLM takes instead of profiling
 
 
 @dataclass
@@ -235,6 +237,7 @@ class Plan:
     fits: bool = False
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    kv_cache_pinned_gib: float = 0.0
 
 
 class _Collector:
@@ -452,7 +455,8 @@ def _serving_facts(
         return None
     kv_bytes = (model.dtype_bytes if model else 2) if kv_dtype == "auto" else DTYPE_BYTES[kv_dtype]
     facts = (tp, pp, float(util), max_len, max_seqs, batched, chunked, kv_bytes, eager, block, engine, cudagraph)
-    return ServingFacts(*facts, sampler, speculative)
+    pinned = capacity_v1.pinned_input(serving, col.errors) if engine == "v1" else None
+    return ServingFacts(*facts, sampler, speculative, pinned)
 
 
 def kv_bytes_per_token_per_gpu(model: ModelFacts, serving: ServingFacts) -> int:
@@ -546,7 +550,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     non_torch = non_torch_gib(serving) * GIB
     cudagraph = serving.cudagraph_gib * GIB
     buffers = capacity_v1.persistent_bytes(model, serving)
-    kv_bytes = budget - weights - activation - non_torch - cudagraph - buffers
+    kv_bytes = capacity_v1.pinned_kv(serving, budget - weights - activation - non_torch - cudagraph - buffers, result)
     per_token = kv_bytes_per_token_per_gpu(model, serving)
     blocks = max(0, int(kv_bytes // (serving.block_size * per_token)))
     tokens = blocks * serving.block_size
@@ -665,36 +669,6 @@ def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE, st
     return asdict(result)
 
 
-# --------------------------------------------------------------------------- text table
-
-PLAN_ROWS = (
-    ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
-    ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
-    ("  rotary cos/sin", "rotary_cache_gib", "{:.2f} GiB"),
-    ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
-    ("  MLP live set", "mlp_peak_gib", "{:.2f} GiB"),
-    ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),
-    ("non-torch", "non_torch_gib", "{:.2f} GiB"),
-    ("CUDA graphs (budget)", "cudagraph_gib", "{:.2f} GiB"),
-    ("runner buffers", "runner_buffers_gib", "{:.2f} GiB"),
-    ("KV cache per GPU", "kv_cache_gib_per_gpu", "{:.2f} GiB"),
-    ("KV bytes/token/GPU", "kv_bytes_per_token_per_gpu", "{:d} B"),
-    ("batched tokens", "max_num_batched_tokens", "{:d}"),
-    ("GPU blocks", "gpu_blocks", "{:d}"),
-    ("KV tokens", "kv_tokens", "{:d}"),
-    ("max concurrency", "max_concurrency", "{:.2f}x"),
-)
-
-
-def plan_table(plan: dict[str, Any]) -> str:
-    """A fixed-width text table of a plan, followed by its errors and warnings."""
-    lines = []
-    for label, key, fmt in PLAN_ROWS:
-        if key in plan:
-            lines.append(f"{label:<20} {fmt.format(plan[key]):>14}")
-    lines.append(f"{'fits':<20} {'yes' if plan.get('fits') else 'NO':>14}")
-    if plan.get("weights_source"):
-        lines.append(f"weights from: {plan['weights_source']}")
-    lines.extend(f"ERROR: {e}" for e in plan.get("errors", []))
-    lines.extend(f"WARNING: {w}" for w in plan.get("warnings", []))
-    return "\n".join(lines)
+# The plan as a text table (capacity_text.py): make plan, preflight and the filter print it.
+PLAN_ROWS = capacity_text.PLAN_ROWS
+plan_table = capacity_text.plan_table

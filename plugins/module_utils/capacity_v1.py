@@ -424,3 +424,39 @@ def speculative_buffer_bytes(serving: Any) -> float:
         return 0.0
     per_seq = serving.max_model_len * FP32 + math.ceil(serving.max_model_len / NGRAM_SCRATCH_TOKENS) * 8
     return serving.max_num_seqs * (per_seq + 8 * config["num_speculative_tokens"])
+
+
+# --------------------------------------------------------------------------- a pinned KV budget
+# vLLM 0.32.0's --kv-cache-memory-bytes (gpubox_kv_cache_memory_bytes) is the KV cache budget per GPU as given:
+# the profiling run and the CUDA-graph estimate are skipped (vllm/v1/worker/gpu_worker.py determine_available_memory)
+# and only the free-memory check at start remains. The box's report prints the figure vLLM measured at its last
+# start to pin; a pin larger than what the plan leaves would run out of memory once requests fill the cache.
+MAX_PINNED = 1 << 44
+
+
+def pinned_input(serving: dict, errors: list[str]) -> int | None:
+    pinned = serving.get("kv_cache_memory_bytes")
+    if pinned is None:
+        return None
+    if isinstance(pinned, bool) or not isinstance(pinned, int) or not 0 < pinned <= MAX_PINNED:
+        errors.append(
+            f"gpubox_kv_cache_memory_bytes must be null or bytes from 1 to {MAX_PINNED:,}, got "
+            f"{value_text.short(pinned)}: pin what the serving report says vLLM measured"
+        )
+        return None
+    return pinned
+
+
+def pinned_kv(serving: Any, profiled: float, result: Any) -> float:
+    """The KV budget of the plan: the pinned one when gpubox_kv_cache_memory_bytes is set (refused when larger
+    than what the profile would leave), else the profiled one."""
+    if serving.kv_pinned is None:
+        return profiled
+    result.kv_cache_pinned_gib = serving.kv_pinned / 1024**3
+    if serving.kv_pinned > profiled:
+        result.errors.append(
+            f"gpubox_kv_cache_memory_bytes pins {serving.kv_pinned / 1024**3:.2f} GiB of KV cache per GPU but the "
+            f"plan leaves {profiled / 1024**3:.2f} GiB after the weights, activations and buffers: vLLM would run "
+            "out of memory as requests fill it; pin at most what the serving report measured"
+        )
+    return float(serving.kv_pinned)

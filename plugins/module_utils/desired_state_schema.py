@@ -352,6 +352,20 @@ ROWS: tuple[Row, ...] = (
         planner="serving.speculative_config",
     ),
     Row(
+        "gpubox_kv_cache_memory_bytes",
+        "raw",
+        "vLLM --kv-cache-memory-bytes on lts-580: the KV cache budget per GPU in bytes, pinned instead of profiled "
+        "(the serving report prints the value vLLM measured at its last start); null: profile it at every start.",
+        doc_type="int or null",
+        check="int",
+        low=1 << 26,
+        high=1 << 44,
+        example="13900000000",
+        type_note=_NULL_TEXT.format("int"),
+        flag=Flag("--kv-cache-memory-bytes", 180, stacks=("lts-580",)),
+        planner="serving.kv_cache_memory_bytes",
+    ),
+    Row(
         "gpubox_served_model_name",
         "str",
         "Name clients ask for (vLLM --served-model-name); not a flag.",

@@ -358,17 +358,20 @@ def _speculative_config(name: str, value: Any) -> dict[str, Any]:
     return out
 
 
-def speculative_stack_problem(config: Any, stack: Any) -> str | None:
-    """--speculative-config on a stack whose vLLM does not take it (vLLM 0.7.3 has --speculative-model instead)."""
-    if config is None or not isinstance(stack, str) or stack not in stacks.STACKS:
-        return None
-    if any(flag.name == "--speculative-config" for flag, _name in schema.command_line(stack)):
-        return None
-    serving = [n for n in stacks.NAMES if any(f.name == "--speculative-config" for f, _ in schema.command_line(n))]
-    return (
-        f"gpubox_speculative_config is set but gpubox_stack {stack} runs vLLM {stacks.STACKS[stack].vllm}, which takes "
-        f"no --speculative-config: set gpubox_stack: {' or '.join(serving)}, or gpubox_speculative_config: null"
-    )
+def stack_fact_flag_problems(values: Mapping[str, Any], stack: Any) -> list[str]:
+    """Facts set for a flag the stack's vLLM release does not have (--speculative-config, --kv-cache-memory-bytes
+    are 0.32's), each naming the stacks that have it."""
+    if not isinstance(stack, str) or stack not in stacks.STACKS:
+        return []
+    problems = []
+    for row in schema.ROWS:
+        if not row.flag or not row.flag.stacks or stack in row.flag.stacks or values.get(row.name) is None:
+            continue
+        problems.append(
+            f"{row.name} is set but gpubox_stack {stack} runs vLLM {stacks.STACKS[stack].vllm}, which has no "
+            f"{row.flag.name}: set gpubox_stack: {' or '.join(row.flag.stacks)}, or {row.name}: null"
+        )
+    return problems
 
 
 def _networks(name: str, value: Any) -> list[str]:
@@ -679,9 +682,7 @@ def _cross_checks(state: State) -> None:
     quantization = stack_quantization_problem(v.get("gpubox_model_quantization"), stack)
     if quantization:
         state.errors.append(quantization)
-    speculative = speculative_stack_problem(v.get("gpubox_speculative_config"), stack)
-    if speculative:
-        state.errors.append(speculative)
+    state.errors.extend(stack_fact_flag_problems(v, stack))
     tp, pp, count = (
         v.get("gpubox_tensor_parallel_size"),
         v.get("gpubox_pipeline_parallel_size"),

