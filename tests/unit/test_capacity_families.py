@@ -44,30 +44,9 @@ def gpt_oss_20b() -> dict:
 
 
 def qwen3_next() -> dict:
-    return {
-        "model_type": "qwen3_next",
-        "num_hidden_layers": 48,
-        "num_attention_heads": 16,
-        "num_key_value_heads": 2,
-        "head_dim": 256,
-        "hidden_size": 2048,
-        "intermediate_size": 5120,
-        "vocab_size": 151936,
-        "max_position_embeddings": 262144,
-        "torch_dtype": "bfloat16",
-        "full_attention_interval": 4,
-        "linear_num_key_heads": 16,
-        "linear_num_value_heads": 32,
-        "linear_key_head_dim": 128,
-        "linear_value_head_dim": 128,
-        "linear_conv_kernel_dim": 4,
-        "num_experts": 512,
-        "num_experts_per_tok": 10,
-        "moe_intermediate_size": 512,
-        "shared_expert_intermediate_size": 512,
-        "decoder_sparse_step": 1,
-        "mlp_only_layers": [],
-    }
+    """Qwen3-Next-80B-A3B's layers: the catalog's config.json, without its FP8 quantization."""
+    config = model_catalog.catalog_model("Qwen/Qwen3-Next-80B-A3B-Instruct-FP8")["config_json"]
+    return {key: value for key, value in config.items() if key != "quantization_config"}
 
 
 def granite_h_small() -> dict:
