@@ -30,7 +30,9 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     model_catalog,
     net_checks,
+    speculative_config,
     stacks,
+    store_rules,
     tenants,
     value_text,
     vllm_words,
@@ -74,47 +76,10 @@ NO_TREE_UNDER = (
     "/proc", "/sys", "/dev", "/run", "/tmp", "/var/tmp", "/etc", "/boot", "/usr", "/bin", "/sbin", "/lib", "/root",
 )  # fmt: skip
 
-# An existing model store root must be a real directory owned by root and writable by no one else:
-# whoever can write it can swap the live symlink the service reads.
-_GROUP_OTHER_WRITE = 0o022
-
-
-def store_root_problem(name: str, path: str, uid: int | None, mode: int | None, is_dir: bool) -> str | None:
-    """The one rule for an existing store root (preflight and the model store alike): None when fine."""
-    if not is_dir:
-        return f"{name} {path} exists but is not a directory: remove it or choose another path"
-    if uid != 0:
-        return (
-            f"{name} {path} is owned by uid {uid}, not root: another user could replace the model the service "
-            f"reads. Fix: `chown root:root {path}` (gpubox never changes a directory it did not create) or choose "
-            "another path"
-        )
-    if mode is None or mode & _GROUP_OTHER_WRITE:
-        shown = "unknown" if mode is None else f"{mode & 0o7777:04o}"
-        return (
-            f"{name} {path} has mode {shown}, writable by group or others: another user could replace the model "
-            f"the service reads. Fix: `chmod go-w {path}` (gpubox never changes a directory it did not create) or "
-            "choose another path"
-        )
-    return None
-
-
-def store_ancestor_problem(name: str, root: str, ancestor: str, uid: int | None, mode: int | None) -> str | None:
-    """The rule for each existing directory above the store root: root's, and not writable by group or
-    others unless sticky (like /tmp: then no other user may rename what root put there). A writable
-    ancestor lets another user move the whole store aside and put their own in its place."""
-    if uid != 0:
-        return (
-            f"{name} {root} lies under {ancestor}, owned by uid {uid}, not root: that user could swap the whole "
-            f"store. Fix: `chown root:root {ancestor}` or choose a path whose every parent is root's"
-        )
-    if mode is None or (mode & _GROUP_OTHER_WRITE and not mode & 0o1000):
-        shown = "unknown" if mode is None else f"{mode & 0o7777:04o}"
-        return (
-            f"{name} {root} lies under {ancestor}, mode {shown}, writable by group or others: another user could "
-            f"swap the whole store. Fix: `chmod go-w {ancestor}` (or +t) or choose another path"
-        )
-    return None
+# The rules for an existing model store root and the directories above it (store_rules.py), read by preflight and
+# the model store alike.
+store_root_problem = store_rules.store_root_problem
+store_ancestor_problem = store_rules.store_ancestor_problem
 
 
 API_KEY_CHARS = r"A-Za-z0-9._~+/=:@,-"
@@ -319,43 +284,11 @@ def _model_config(name: str, value: Any) -> dict[str, Any]:
         raise _Bad(str(exc)) from None
 
 
-# --speculative-config methods gpubox plans (vLLM 0.32.0 vllm/config/speculative.py): n-gram lookup and the model's
-# own multi-token-prediction layers need no second model; a draft model or an EAGLE head is a second checkpoint the
-# model store does not fetch yet. The deprecated per-model MTP names are "mtp" since 0.32.
-SPECULATIVE_METHODS = ("ngram", "mtp")
-_SPECULATIVE_SECOND_MODEL = ("draft_model", "eagle", "eagle3", "dflash", "medusa", "mlp_speculator")
-_SPECULATIVE_KEYS = ("method", "num_speculative_tokens", "prompt_lookup_min", "prompt_lookup_max")
-
-
 def _speculative_config(name: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, Mapping):
-        raise _Bad(f"{name} must be a mapping like {{method: ngram, num_speculative_tokens: 3}}, got {_short(value)}")
-    method = value.get("method")
-    if method in _SPECULATIVE_SECOND_MODEL:
-        raise _Bad(
-            f"{name} method {method!r} needs a second model (the draft or head) on the box, which the model store does "
-            f"not fetch yet: use one of {', '.join(SPECULATIVE_METHODS)}"
-        )
-    if method not in SPECULATIVE_METHODS:
-        raise _Bad(f"{name} method must be one of {', '.join(SPECULATIVE_METHODS)}, got {_short(method)}")
-    unknown = sorted(str(k) for k in value if k not in _SPECULATIVE_KEYS or (method == "mtp" and "lookup" in str(k)))
-    if unknown:
-        raise _Bad(f"{name} has keys gpubox does not plan: {', '.join(unknown)}; use {', '.join(_SPECULATIVE_KEYS)}")
-    out: dict[str, Any] = {"method": method}
-    for key, low, high, required in (
-        ("num_speculative_tokens", 1, 16, True),
-        ("prompt_lookup_min", 1, 64, False),
-        ("prompt_lookup_max", 1, 64, False),
-    ):
-        number = value.get(key)
-        if number is None and not required:
-            continue
-        if isinstance(number, bool) or not isinstance(number, int) or not low <= number <= high:
-            raise _Bad(f"{name} {key} must be an integer from {low} to {high}, got {_short(number)}")
-        out[key] = number
-    if out.get("prompt_lookup_min", 1) > out.get("prompt_lookup_max", 64):
-        raise _Bad(f"{name} prompt_lookup_min must not exceed prompt_lookup_max")
-    return out
+    try:
+        return speculative_config.parse(name, value)
+    except ValueError as exc:
+        raise _Bad(str(exc)) from None
 
 
 def stack_fact_flag_problems(values: Mapping[str, Any], stack: Any) -> list[str]:

@@ -132,7 +132,7 @@ def _cases() -> dict[str, list[str]]:
     return cases
 
 
-# gpubox_speculative_config by method (state_checks.SPECULATIVE_METHODS), rendered as --speculative-config JSON.
+# gpubox_speculative_config by method (speculative_config.SPECULATIVE_METHODS), rendered as --speculative-config JSON.
 SPECULATIVE = {"ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4}, "mtp": {}}
 
 
