@@ -50,27 +50,8 @@ def qwen3_next() -> dict:
 
 
 def granite_h_small() -> dict:
-    return {
-        "model_type": "granitemoehybrid",
-        "num_hidden_layers": 40,
-        "num_attention_heads": 32,
-        "num_key_value_heads": 8,
-        "hidden_size": 4096,
-        "intermediate_size": 512,
-        "vocab_size": 100352,
-        "max_position_embeddings": 131072,
-        "torch_dtype": "bfloat16",
-        "layer_types": (["mamba"] * 9 + ["attention"]) * 4,
-        "mamba_n_heads": 128,
-        "mamba_d_head": 64,
-        "mamba_n_groups": 1,
-        "mamba_d_state": 128,
-        "mamba_d_conv": 4,
-        "mamba_expand": 2,
-        "num_local_experts": 72,
-        "num_experts_per_tok": 10,
-        "shared_intermediate_size": 1024,
-    }
+    """granite-4.0-h-small's layers: the catalog's config.json (36 Mamba2 and 4 attention layers)."""
+    return model_catalog.catalog_model("ibm-granite/granite-4.0-h-small")["config_json"]
 
 
 def gemma3_27b() -> dict:
