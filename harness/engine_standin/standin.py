@@ -3,6 +3,7 @@
 
     standin.py --port 8000 [--host 127.0.0.1] [--served-model-name tiny] [--ttft-ms 50] [--itl-ms 10]
                [--max-model-len 2048] [--box-name NAME] [--health-delay-ms 0]
+               [--prefix-cache-blocks 0] [--block-size 16] [--prefill-ms-per-token 0.2]
                (the API key, when set, comes from VLLM_API_KEY, as vLLM's does)
 
 On a test box of group gpubox_sim_standin it is vLLM's module: molecule/shared/prepare.yml installs it as
@@ -21,6 +22,14 @@ chunk per token, then ``data: [DONE]``; ``stream_options.include_usage`` adds th
 /health, /v1/models and /metrics (vLLM's own metric names), ``Authorization: Bearer`` checked on /v1/
 only (as vLLM 0.7.3 does), HTTP/1.1 keep-alive. Each request waits ``--ttft-ms`` before its first token
 and ``--itl-ms`` between tokens, and emits ``max_tokens`` tokens (16 when not given).
+
+--prefix-cache-blocks N (0, the default: off, as the fleet scenario runs it) turns on a MODEL of vLLM 0.32's
+automatic prefix cache, for placement benches (bench/placement_load.py): PrefixCache below, N blocks of
+--block-size tokens per box. A request's time to first token is then --ttft-ms plus --prefill-ms-per-token
+for each prompt token the cache did not hold (its prefill), and /metrics adds vLLM 0.32's counters
+``vllm:prefix_cache_queries_total`` and ``vllm:prefix_cache_hits_total`` (vllm/v1/metrics/loggers.py), so
+that one reader serves the stand-in and the real engine; POST /reset_prefix_cache empties it (vLLM's route
+under VLLM_SERVER_DEV_MODE). Off, nothing of it runs and the pace is --ttft-ms alone.
 
 What it does NOT model: the model (every token is the word "tok"), tokenization (prompt tokens are
 counted as words), batching and its slow-down under load (every stream keeps its pace while the CPU
@@ -41,10 +50,79 @@ import signal
 import socket
 import time
 import uuid
+from collections import OrderedDict
 
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}
 MAX_BODY = 1 << 20
 DEFAULT_MAX_TOKENS = 16
+
+
+class PrefixCache:
+    """A MODEL of vLLM 0.32's automatic prefix cache (TEST ONLY; vllm/v1/core/kv_cache_utils.py and the block
+    pool's free queue), so that a fleet bench can compare placements by their cache hits without an engine.
+
+    What it keeps of vLLM's: a prompt is cut into blocks of ``block_size`` tokens (vLLM 0.32: 16); a full
+    block's hash chains the parent block's hash with the block's tokens, so that a block matches only after the
+    same whole prefix; a request hits the longest run of leading blocks cached, and at most ``len(tokens) - 1``
+    tokens (vLLM computes the last prompt token again for its logits); its full blocks are then cached. The pool
+    holds ``capacity`` blocks per box; when full, the least recently used block goes first, and of one request's
+    blocks its later ones before its earlier ones (vLLM frees a request's blocks tail first). Counted as vLLM
+    counts them: queries = prompt tokens, hits = cached tokens, per request.
+
+    What it does not: tokens are whatever the caller gives (the stand-in: words of the text, see tokens());
+    blocks held by running requests are evictable here, as is the partial last block (never cached); the
+    hash is Python's hash() of the tuple (vLLM: sha256 by default), unique enough for a bench.
+    """
+
+    def __init__(self, capacity: int, block_size: int = 16) -> None:
+        if capacity < 1 or block_size < 1:
+            raise ValueError("--prefix-cache-blocks and --block-size must be positive")
+        self.capacity = capacity
+        self.block_size = block_size
+        self.blocks: OrderedDict[int, None] = OrderedDict()  # block hash, least recently used first
+        self.queries = 0
+        self.hits = 0
+
+    def hashes(self, tokens: list) -> list[int]:
+        out, parent, size = [], None, self.block_size
+        for start in range(0, len(tokens) - size + 1, size):
+            parent = hash((parent, tuple(tokens[start : start + size])))
+            out.append(parent)
+        return out
+
+    def admit(self, tokens: list) -> int:
+        """One request's prompt: the tokens it finds cached (counted), then its full blocks cached."""
+        hashes = self.hashes(tokens)
+        cached = 0
+        for block in hashes:
+            if block not in self.blocks:
+                break
+            cached += 1
+        hit = min(cached * self.block_size, max(len(tokens) - 1, 0))
+        self.queries += len(tokens)
+        self.hits += hit
+        for block in reversed(hashes):  # the first block touched last: the tail is evicted first
+            self.blocks[block] = None
+            self.blocks.move_to_end(block)
+        while len(self.blocks) > self.capacity:
+            self.blocks.popitem(last=False)
+        return hit
+
+    def reset(self) -> None:
+        self.blocks.clear()
+
+
+def prompt_words(chat: bool, request: dict) -> list[str]:
+    """The prompt's tokens for the prefix cache model: words (whitespace-separated) of the text as sent; a chat's
+    messages each begin with a token naming the role, as a chat template's markers do."""
+    if not chat:
+        return str(request.get("prompt", "")).split()
+    out: list[str] = []
+    messages = request.get("messages")
+    for message in messages if isinstance(messages, list) else []:
+        if isinstance(message, dict):
+            out += [f"<|{message.get('role', '')}|>", *str(message.get("content", "")).split()]
+    return out
 
 
 class Stats:
@@ -57,6 +135,7 @@ class Stats:
         self.requests = {"stop": 0, "length": 0, "abort": 0}
         self.ttft_sum = 0.0
         self.ttft_count = 0
+        self.cache: PrefixCache | None = None
 
     def text(self, model: str) -> str:
         label = f'model_name="{model}"'
@@ -79,6 +158,16 @@ class Stats:
             f"vllm:time_to_first_token_seconds_sum{{{label}}} {self.ttft_sum}",
             f"vllm:time_to_first_token_seconds_count{{{label}}} {self.ttft_count}",
         ]
+        if self.cache is not None:  # vLLM 0.32's counters (vllm/v1/metrics/loggers.py), its labels
+            engine = f'engine="0",{label}'
+            lines += [
+                "# HELP vllm:prefix_cache_queries Prompt tokens looked up in the prefix cache (stand-in model).",
+                "# TYPE vllm:prefix_cache_queries counter",
+                f"vllm:prefix_cache_queries_total{{{engine}}} {self.cache.queries}",
+                "# HELP vllm:prefix_cache_hits Prompt tokens found in the prefix cache (stand-in model).",
+                "# TYPE vllm:prefix_cache_hits counter",
+                f"vllm:prefix_cache_hits_total{{{engine}}} {self.cache.hits}",
+            ]
         return "\n".join(lines) + "\n"
 
 
@@ -92,6 +181,9 @@ class Engine:
         self.stats = Stats()
         self.host_header = f"x-gpubox-standin-host: {args.box_name or socket.gethostname()}\r\n"
         self.health_delay = args.health_delay_ms / 1000.0
+        self.prefill = args.prefill_ms_per_token / 1000.0
+        if args.prefix_cache_blocks > 0:
+            self.stats.cache = PrefixCache(args.prefix_cache_blocks, args.block_size)
 
     # --- HTTP/1.1 ----------------------------------------------------------------------------------
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -125,6 +217,9 @@ class Engine:
             await self.send(writer, 200, b"", "text/plain", keep)
         elif path == "/metrics" and method == "GET":
             await self.send(writer, 200, self.stats.text(self.model).encode(), "text/plain; version=0.0.4", keep)
+        elif path == "/reset_prefix_cache" and method == "POST" and self.stats.cache is not None:
+            self.stats.cache.reset()
+            await self.send(writer, 200, b"", "text/plain", keep)
         elif path.startswith("/v1/") and self.key and headers.get("authorization") != f"Bearer {self.key}":
             await self.send_json(writer, 401, {"error": "Unauthorized"}, keep)  # vLLM 0.7.3's own answer
         elif path == "/v1/models" and method == "GET":
@@ -170,6 +265,11 @@ class Engine:
         else:
             prompt = str(request.get("prompt", ""))
         prompt_tokens = len(prompt.split())
+        ttft = self.ttft
+        if self.stats.cache is not None:  # the prefix cache model: the prefill of what it did not hold
+            words = prompt_words(chat, request)
+            prompt_tokens = len(words)
+            ttft += (prompt_tokens - self.stats.cache.admit(words)) * self.prefill
         rid = ("chatcmpl-" if chat else "cmpl-") + uuid.uuid4().hex
         created = int(time.time())
         started = time.monotonic()
@@ -181,9 +281,9 @@ class Engine:
                 usage = isinstance(request.get("stream_options"), dict) and request["stream_options"].get(
                     "include_usage"
                 )
-                await self.stream(writer, chat, rid, created, tokens, prompt_tokens, bool(usage), started)
+                await self.stream(writer, chat, rid, created, tokens, prompt_tokens, bool(usage), started, ttft)
             else:
-                await asyncio.sleep(self.ttft + self.itl * (tokens - 1))
+                await asyncio.sleep(ttft + self.itl * (tokens - 1))
                 self.first_token(started)
                 text = " ".join(["tok"] * tokens)
                 choice = (
@@ -208,7 +308,7 @@ class Engine:
         self.stats.ttft_sum += time.monotonic() - started
         self.stats.ttft_count += 1
 
-    async def stream(self, writer, chat, rid, created, tokens, prompt_tokens, usage, started) -> None:
+    async def stream(self, writer, chat, rid, created, tokens, prompt_tokens, usage, started, ttft) -> None:
         # chunked, as uvicorn sends vLLM's StreamingResponse
         writer.write(
             b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream; charset=utf-8\r\n"
@@ -223,7 +323,7 @@ class Engine:
             data = f"data: {json.dumps(event)}\n\n".encode()
             return f"{len(data):x}\r\n".encode() + data + b"\r\n"
 
-        await asyncio.sleep(self.ttft)
+        await asyncio.sleep(ttft)
         if chat:  # vLLM 0.7.3 sends the role first, with empty content
             writer.write(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}))
         for n in range(tokens):
@@ -286,7 +386,18 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--health-delay-ms", type=float, default=0.0, help="answer /health this late")
     parser.add_argument("--box-name", default="", help="the x-gpubox-standin-host header's value (the hostname)")
+    parser.add_argument(
+        "--prefix-cache-blocks", type=int, default=0, help="model vLLM 0.32's prefix cache: blocks per box (0: off)"
+    )
+    parser.add_argument("--block-size", type=int, default=16, help="tokens per block of the prefix cache model")
+    parser.add_argument(
+        "--prefill-ms-per-token", type=float, default=0.2, help="with the cache model: added TTFT per uncached token"
+    )
     args, args.ignored = parser.parse_known_args(argv)
+    if args.prefix_cache_blocks < 0 or args.block_size < 1 or args.prefill_ms_per_token < 0:
+        parser.error(
+            "--prefix-cache-blocks must be 0 (off) or more, --block-size 1 or more, --prefill-ms-per-token 0 or more"
+        )
     args.served_model_name = args.served_model_name[0]
     return args
 
