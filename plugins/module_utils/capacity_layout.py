@@ -47,6 +47,17 @@ TOP_K_KEYS = ("num_experts_per_tok", "experts_per_token", "moe_topk")
 MAX_DIM = 1 << 24
 FAMILIES = ("dense", "moe", "sliding", "hybrid")
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")  # DeepSeek/GLM's, Qwen3-Next/Qwen3.5's
+# vLLM 0.32 keeps a recurrent layer's temporal (SSM) state in the model's dtype (mamba_ssm_cache_dtype "auto",
+# vllm/model_executor/layers/mamba/mamba_utils.py _mamba_state_dtype) except where a model's config hook sets it:
+# the Qwen3.5 architectures take their text config's mamba_ssm_dtype (vllm/model_executor/models/config.py
+# Qwen3_5ForConditionalGenerationConfig, mapped to these names in its MODELS_CONFIG_MAP); Qwen3.6/3.8 publish
+# "float32", which doubles the state page and so the attention block size beside it.
+SSM_DTYPE_ARCHITECTURES = (
+    "Qwen3_5ForConditionalGeneration",
+    "Qwen3_5MoeForCausalLM",
+    "Qwen3_5MoeForConditionalGeneration",
+)
+SSM_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # gpubox_model_config's attention word in the facts form (without config_json): only "full" is planned from facts.
 ATTENTION_KINDS = ("full", "mla", "sliding_window", "mixed")
 # config.json keys that mean a mixture-of-experts model (Mixtral: num_local_experts; Qwen-MoE: num_experts,
@@ -80,7 +91,9 @@ class Experts:
 class Recurrent:
     """One linear-attention/Mamba layer's shape. ``kind``: "gdn" (Gated DeltaNet: ``heads`` value heads,
     ``k_heads`` key heads of ``k_dim``, value heads of ``v_dim``) or "mamba2" (``heads`` heads of ``v_dim``,
-    ``groups`` groups, ``state`` the SSM state size, ``inner`` = expand x hidden); ``conv`` the conv kernel."""
+    ``groups`` groups, ``state`` the SSM state size, ``inner`` = expand x hidden); ``conv`` the conv kernel;
+    ``ssm_bytes`` the temporal (SSM) state's bytes per element, 0 for the model's dtype
+    (SSM_DTYPE_ARCHITECTURES)."""
 
     kind: str
     heads: int
@@ -91,6 +104,7 @@ class Recurrent:
     state: int
     inner: int
     conv: int
+    ssm_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -215,7 +229,24 @@ def _experts(config: dict[str, Any], layers: int) -> Experts | None:
     return Experts(routed, active, intermediate, shared, layers - len(dense))
 
 
-def _recurrent(config: dict[str, Any], kinds: tuple[str, ...], hidden: int) -> Recurrent | None:
+def _ssm_bytes(config: dict[str, Any], architectures: Any) -> int:
+    """The temporal state's bytes per element a config sets for vLLM (0: the model's dtype)."""
+    if not isinstance(architectures, list) or not set(map(str, architectures)) & set(SSM_DTYPE_ARCHITECTURES):
+        return 0
+    dtype = config.get("mamba_ssm_dtype")
+    if dtype is None:
+        return 0
+    if dtype not in SSM_DTYPE_BYTES:
+        raise LayoutError(
+            f"config.json mamba_ssm_dtype must be one of {', '.join(SSM_DTYPE_BYTES)}, got {dtype!r}: copy it from the "
+            "model's published config.json"
+        )
+    return SSM_DTYPE_BYTES[dtype]
+
+
+def _recurrent(
+    config: dict[str, Any], kinds: tuple[str, ...], hidden: int, architectures: Any = None
+) -> Recurrent | None:
     if LINEAR not in kinds:
         return None
     fix = "copy it from the model's published config.json"
@@ -230,6 +261,7 @@ def _recurrent(config: dict[str, Any], kinds: tuple[str, ...], hidden: int) -> R
             state=0,
             inner=0,
             conv=_int(config, "linear_conv_kernel_dim", fix),
+            ssm_bytes=_ssm_bytes(config, architectures),
         )
     if config.get("mamba_n_heads") is not None or config.get("mamba_d_state") is not None:
         heads = _int(config, "mamba_n_heads", fix)
@@ -247,6 +279,7 @@ def _recurrent(config: dict[str, Any], kinds: tuple[str, ...], hidden: int) -> R
             state=_int(config, "mamba_d_state", fix),
             inner=expand * hidden,
             conv=_int(config, "mamba_d_conv", fix),
+            ssm_bytes=_ssm_bytes(config, architectures),
         )
     raise LayoutError(
         "config.json has linear-attention or Mamba layers but neither the Gated DeltaNet keys (linear_num_value_heads, "
@@ -289,7 +322,7 @@ def layout(config: Any) -> Layout:
         kinds=kinds,
         window=window,
         experts=_experts(text, layers),
-        recurrent=_recurrent(text, kinds, hidden),
+        recurrent=_recurrent(text, kinds, hidden, config.get("architectures") or text.get("architectures")),
         sinks=bool(text.get("attention_sinks") or str(text.get("model_type", "")) == "gpt_oss"),
         mtp=next((_int(text, key, fix, 0) for key in MTP_KEYS if key in text), 0),
     )

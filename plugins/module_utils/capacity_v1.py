@@ -223,7 +223,9 @@ STATE_PAGES = {"gdn": 2, "mamba2": 3}  # state pages per request in prefix cachi
 
 
 def recurrent_state_bytes(rec: Any, tp: int, dtype_bytes: int) -> int:
-    """One linear-attention/Mamba layer's state for one sequence on one GPU (capacity_layout.Recurrent)."""
+    """One linear-attention/Mamba layer's state for one sequence on one GPU (capacity_layout.Recurrent): the conv
+    state in the model's dtype, the temporal state in ``rec.ssm_bytes`` where the config sets it (Qwen3.5's
+    mamba_ssm_dtype, capacity_layout.SSM_DTYPE_ARCHITECTURES), else the model's dtype."""
     if rec.kind == "gdn":
         conv_dim = 2 * rec.k_heads * rec.k_dim + rec.heads * rec.v_dim
         temporal = (rec.heads // tp) * rec.v_dim * rec.k_dim
@@ -231,7 +233,7 @@ def recurrent_state_bytes(rec: Any, tp: int, dtype_bytes: int) -> int:
         groups = rec.groups if rec.groups % tp == 0 else rec.groups + tp - rec.groups
         conv_dim = rec.inner + 2 * groups * rec.state
         temporal = (rec.heads // tp) * rec.v_dim * rec.state
-    return ((rec.conv - 1) * (conv_dim // tp) + temporal) * dtype_bytes
+    return (rec.conv - 1) * (conv_dim // tp) * dtype_bytes + temporal * (getattr(rec, "ssm_bytes", 0) or dtype_bytes)
 
 
 def attention_block_size(block: int, layer_token_bytes: int, state_bytes: int) -> int:

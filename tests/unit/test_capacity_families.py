@@ -115,6 +115,37 @@ def test_the_attention_block_grows_to_hold_a_recurrent_state() -> None:
     assert capacity_v1.attention_block_size(16, 4096, 2_147_840) == 528
 
 
+def qwen36_27b(**text: object) -> dict:
+    """Qwen3.6-27B's text shape (its verbatim config.json, tests/data/calibration_v1_families/hy-noonghunna-*):
+    16 full-attention and 48 Gated DeltaNet layers; ``text`` overrides text_config keys."""
+    return {
+        "architectures": ["Qwen3_5ForConditionalGeneration"],
+        "text_config": {
+            "num_hidden_layers": 64, "full_attention_interval": 4, "hidden_size": 5120, "intermediate_size": 17408,
+            "num_attention_heads": 24, "num_key_value_heads": 4, "head_dim": 256, "vocab_size": 248320,
+            "linear_num_key_heads": 16, "linear_num_value_heads": 48, "linear_key_head_dim": 128,
+            "linear_value_head_dim": 128, "linear_conv_kernel_dim": 4, "mamba_ssm_dtype": "float32", **text,
+        },
+    }  # fmt: skip
+
+
+def test_qwen3_5_keeps_its_recurrent_state_in_the_dtype_its_config_names() -> None:
+    """vLLM 0.32 sets mamba_ssm_cache_dtype from a Qwen3.5 config's mamba_ssm_dtype (models/config.py
+    Qwen3_5ForConditionalGenerationConfig): a float32 temporal state beside a bf16 conv state. The control: the same
+    layers without the key, or under an architecture vLLM does not read it for, keep the model's dtype."""
+    conv, temporal = 3 * 10240, 48 * 128 * 128
+    rec = capacity_layout.layout(qwen36_27b()).recurrent
+    assert capacity_v1.recurrent_state_bytes(rec, 1, 2) == conv * 2 + temporal * 4
+    assert capacity_v1.attention_block_size(16, 4096, capacity_v1.recurrent_state_bytes(rec, 1, 2)) == 784
+    plain = capacity_layout.layout(qwen36_27b(mamba_ssm_dtype=None)).recurrent
+    assert capacity_v1.recurrent_state_bytes(plain, 1, 2) == (conv + temporal) * 2
+    assert capacity_v1.attention_block_size(16, 4096, capacity_v1.recurrent_state_bytes(plain, 1, 2)) == 400
+    other = capacity_layout.layout({**qwen36_27b(), "architectures": ["Qwen3NextForCausalLM"]}).recurrent
+    assert capacity_v1.recurrent_state_bytes(other, 1, 2) == (conv + temporal) * 2
+    with pytest.raises(capacity_layout.LayoutError, match="mamba_ssm_dtype must be one of"):
+        capacity_layout.layout(qwen36_27b(mamba_ssm_dtype="fp8"))
+
+
 def test_layouts_name_their_families() -> None:
     assert capacity_layout.layout(gpt_oss_20b()).families == ("moe", "sliding")
     assert capacity_layout.layout(qwen3_next()).families == ("moe", "hybrid")
