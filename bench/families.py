@@ -50,6 +50,7 @@ SERVING_KEYS = (
     "cudagraph_in_budget",
     "cudagraph_gib",
     "sampler",
+    "speculative_config",  # an MTP drafter's layers join the KV cache (capacity_v1.family_request_bytes)
 )
 
 
@@ -219,14 +220,14 @@ def report(cases: list[dict[str, Any]] | None = None) -> str:
         "case's `source`, config.json and assumptions: tests/data/calibration_v1_families/.",
         "",
         "| case | families | vLLM | weights | logged KV | planned KV | error | relative | planned tokens | "
-        "logged tokens | verdict |",
-        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|",
+        "logged tokens | planned / logged blocks | verdict |",
+        "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
     ]
     for r in results:
         kv, case = r["kv"], r["case"]
         if r["plan"] is None:
             head = f"| {r['id']} | {'+'.join(r['families'])} | {case.get('vllm_version', '-')} | - |"
-            lines.append(f"{head} not planned: {r['missing']} | | | | | | |")
+            lines.append(f"{head} not planned: {r['missing']} | | | | | | | |")
             continue
         expected = case.get("expect_fits")
         verdict = "-" if expected is None else ("ok" if r["ok"] else "WRONG")
@@ -237,10 +238,14 @@ def report(cases: list[dict[str, Any]] | None = None) -> str:
             else ["-", f"{r['plan']['kv_cache_gib_per_gpu']:.2f}", "-", "-"]
         )
         logged_tokens = case["logged"].get("kv_tokens")
+        # the cache's blocks, where a refusal printed them ("exceeds available Mamba cache blocks (N)")
+        logged_blocks = case["logged"].get("mamba_cache_blocks")
+        blocks = "-" if logged_blocks is None else f"{r['plan']['gpu_blocks']:,} / {logged_blocks:,}"
         lines.append(
             f"| {r['id']} | {'+'.join(r['families'])} | {case.get('vllm_version', '-')} | {r['weights']} | "
             f"{' | '.join(cells)} | "
-            f"{r['plan']['kv_tokens']:,} | {'-' if logged_tokens is None else f'{logged_tokens:,}'} | {verdict} |"
+            f"{r['plan']['kv_tokens']:,} | {'-' if logged_tokens is None else f'{logged_tokens:,}'} | {blocks} | "
+            f"{verdict} |"
         )
     lines += [
         "",
