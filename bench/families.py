@@ -104,7 +104,10 @@ def inputs(case: dict[str, Any]) -> tuple[dict, dict, dict]:
         found = capacity_layout.layout(spec["config"])
         try:
             model["weights_bytes"] = capacity_weights.estimated_checkpoint_bytes(
-                text, found, spec["config"].get("quantization_config") or text.get("quantization_config")
+                text,
+                found,
+                spec["config"].get("quantization_config") or text.get("quantization_config"),
+                vision=spec["config"].get("vision_config"),
             )
         except ValueError as exc:
             raise MissingInput(f"no weights figure, and {exc}") from None

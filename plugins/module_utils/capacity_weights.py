@@ -105,18 +105,51 @@ def _quant_bytes(quant: dict[str, Any], dtype_bytes: int) -> tuple[float, float]
     return float(dtype_bytes), float(dtype_bytes)
 
 
-def estimated_checkpoint_bytes(text: dict[str, Any], layout: Any, quant: Any, dtype_bytes: int = 2) -> int:
+def vision_params(vision: Any, text_hidden: int) -> int:
+    """Parameters of a multimodal checkpoint's vision tower from its ``vision_config`` (0 without one): ``depth``
+    (or ``num_hidden_layers``) ViT blocks of qkv, output and two MLP projections (4 h^2 + 2 h i), the patch
+    embedding (in_channels x temporal_patch_size x patch^2 x h), the position table (``num_position_embeddings``,
+    else (image_size / patch)^2 rows) and the projection into the language model: Qwen3-VL's merger over
+    spatial_merge_size^2 patches ((h m^2)^2 + h m^2 x out_hidden_size), else one h x text-hidden matrix (Gemma 3's
+    mm_input_projection). Biases and norms are left out (under 0.1 %)."""
+    if not isinstance(vision, dict):
+        return 0
+    ints = {k: v for k, v in vision.items() if isinstance(v, int) and not isinstance(v, bool) and v > 0}
+    h, i = ints.get("hidden_size", 0), ints.get("intermediate_size", 0)
+    depth = ints.get("depth") or ints.get("num_hidden_layers", 0)
+    if not (h and i and depth):
+        return 0
+    patch = ints.get("patch_size", 14)
+    patch_embed = ints.get("in_channels", 3) * ints.get("temporal_patch_size", 1) * patch * patch * h
+    positions = ints.get("num_position_embeddings") or (ints.get("image_size", 0) // patch) ** 2
+    merge = ints.get("spatial_merge_size")
+    if merge:
+        merged = h * merge * merge
+        projection = merged * merged + merged * ints.get("out_hidden_size", text_hidden)
+    else:
+        projection = h * text_hidden
+    return depth * (4 * h * h + 2 * h * i) + patch_embed + positions * h + projection
+
+
+def estimated_checkpoint_bytes(
+    text: dict[str, Any], layout: Any, quant: Any, dtype_bytes: int = 2, vision: Any = None
+) -> int:
     """The size of a checkpoint's weight files from its config.json shapes and quantization_config: a catalog
     figure before download (model_catalog; the downloaded files' total size replaces it on the box).
 
-    Attention projections on attention layers, the recurrent layers' input and output projections, the dense MLP
-    or every routed and shared expert, the routers, and the embeddings and lm_head (untied unless
-    tie_word_embeddings) in the model's dtype; the quantized projections at the method's bytes per weight."""
+    Attention projections on attention layers (the query projection doubled where ``attn_output_gate`` adds the
+    output gate, Qwen3.5/Qwen3-Next), the recurrent layers' input and output projections, the dense MLP or every
+    routed and shared expert, the routers, the multi-token-prediction layers the checkpoint ships (an attention
+    layer, the model's MLP and the 2h x h input projection each, Layout.mtp), and the embeddings and lm_head
+    (untied unless tie_word_embeddings) in the model's dtype; the quantized projections at the method's bytes per
+    weight; the vision tower (``vision``, the top-level vision_config: vision_params) in the model's dtype, as
+    quantized checkpoints leave it (ModelOpt's and compressed-tensors' ignore lists name it)."""
     hidden, heads = text["hidden_size"], text["num_attention_heads"]
     head_dim = text.get("head_dim") or hidden // heads
     q_out, kv_out = heads * head_dim, 2 * text.get("num_key_value_heads", heads) * head_dim
     linear_bytes, expert_bytes = _quant_bytes(quant if isinstance(quant, dict) else {}, dtype_bytes)
-    attention = hidden * (q_out + kv_out) + q_out * hidden
+    gate = q_out if text.get("attn_output_gate") is True else 0
+    attention = hidden * (q_out + gate + kv_out) + q_out * hidden
     rec = layout.recurrent
     if rec is None:
         recurrent = 0
@@ -129,11 +162,16 @@ def estimated_checkpoint_bytes(text: dict[str, Any], layout: Any, quant: Any, dt
     for kind in layout.kinds:
         total += (recurrent if kind == "linear" else attention) * linear_bytes
     experts = layout.experts
-    dense_layers = len(layout.kinds) - (experts.moe_layers if experts else 0)
-    total += dense_layers * 3 * hidden * text.get("intermediate_size", 0) * linear_bytes
+    dense_mlp = 3 * hidden * text.get("intermediate_size", 0) * linear_bytes
+    moe_mlp = 0.0
     if experts:
-        total += experts.moe_layers * 3 * hidden * experts.routed * experts.intermediate * expert_bytes
-        total += experts.moe_layers * (3 * hidden * experts.shared * linear_bytes + experts.routed * hidden * 2)
+        moe_mlp = 3 * hidden * experts.routed * experts.intermediate * expert_bytes
+        moe_mlp += 3 * hidden * experts.shared * linear_bytes + experts.routed * hidden * 2
+    dense_layers = len(layout.kinds) - (experts.moe_layers if experts else 0)
+    total += dense_layers * dense_mlp + (experts.moe_layers if experts else 0) * moe_mlp
+    mtp = getattr(layout, "mtp", 0)
+    total += mtp * ((attention + 2 * hidden * hidden) * linear_bytes + (moe_mlp if experts else dense_mlp))
     tied = text.get("tie_word_embeddings") is True
     total += text["vocab_size"] * hidden * dtype_bytes * (1 if tied else 2)
+    total += vision_params(vision, hidden) * dtype_bytes
     return int(total)

@@ -518,7 +518,9 @@ def _family_entry(model_id: str) -> dict[str, Any]:
     config, weights, needed, source = _FAMILY_MODELS[model_id]
     text = capacity_layout.text_config(config)
     found = capacity_layout.layout(config)
-    estimated = capacity_weights.estimated_checkpoint_bytes(text, found, config.get("quantization_config"))
+    estimated = capacity_weights.estimated_checkpoint_bytes(
+        text, found, config.get("quantization_config"), vision=config.get("vision_config")
+    )
     entry = model_from_config_json(config, weights or estimated)
     entry["weights_source"] = (
         "the checkpoint's weight files"
