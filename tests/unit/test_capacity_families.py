@@ -373,6 +373,22 @@ def _kv_sizing_cases() -> list[tuple[str, float]]:
     return out
 
 
+def test_a_case_left_out_of_the_family_rows_states_why_and_stays_in_the_table() -> None:
+    """bench/families.py: a case marked qualifies: false is shown with its verdict but left out of its family's row,
+    and only with the reason its file states; the control is the same case counted."""
+    from bench import families
+
+    case = next(c for c in families.load() if c["id"].startswith("vllm-17469"))
+    assert case["qualifies"] is False and case["not_qualifying"]
+    counted = families.report([{k: v for k, v in case.items() if k != "qualifies"}])
+    assert "| moe | 0 | - | 1 | NOT met |" in counted  # the control: its wrong verdict counts
+    left_out = families.report([case])
+    assert "WRONG (does not start), not qualifying (see case)" in left_out
+    assert "| moe | 0 | - | 0 | NOT met |" in left_out and case["not_qualifying"] in left_out
+    with pytest.raises(ValueError, match="needs not_qualifying"):
+        families.compare({**case, "not_qualifying": None})
+
+
 def test_the_kv_sizing_reproduces_the_public_logs_within_5_percent() -> None:
     cases = _kv_sizing_cases()
     assert len(cases) >= 6, cases
