@@ -19,6 +19,7 @@ leaves. ``gpu_blocks`` is always the minimum over the ranks, the driver's.
     python bench/report.py --out bench/results.md
     python bench/report.py --record-times   # .cache/molecule-logs/times.json -> bench/scenario-times.json
     python bench/report.py --v1-only --out bench/results.md   # rewrite only the V1 calibration section there
+    python bench/report.py --placement-only --out bench/results.md   # only bench/placement_load.py's section
 """
 
 from __future__ import annotations
@@ -591,6 +592,88 @@ def affinity_load_report(path: Path = AFFINITY_LOAD) -> str:
     return "\n".join([*lines, ""])
 
 
+PLACEMENT_LOAD = ROOT / "bench" / "placement-load.json"
+PLACEMENT_REAL_ENGINE = ROOT / "bench" / "placement-real-engine.json"
+PLACEMENT_HEADING = "# Placement inside a pool against the prefix cache"
+PLACEMENT_HIT_GOAL, PLACEMENT_BOUND = 2.0, 1.25  # issue 47: prefix-aware / session-hash hit rate; busiest / mean
+
+
+def placement_load_report(path: Path = PLACEMENT_LOAD, real: Path = PLACEMENT_REAL_ENGINE) -> str:
+    """bench/placement_load.py's run of record: hit rate, TTFT and balance per placement policy and workload."""
+    lines = ["", f"{PLACEMENT_HEADING} (bench/placement_load.py)", ""]
+    if not path.is_file():
+        hint = f"No run recorded (run: python bench/placement_load.py, which writes {shown(path)})."
+        return "\n".join([*lines, hint, ""])
+    data = json.loads(path.read_text())
+    load, box = data["load"], data["stand_in"]
+    lines += [
+        f"Command: `{data['command']}` ({data['when']}, {data['machine']}, {data['haproxy']}, vllm-router "
+        f"{data.get('vllm_router') or '-'}). Three engine stand-ins (TEST ONLY) whose prefix cache is a model of vLLM",
+        f"0.32's ({box['cache_blocks']} blocks of {box['block_size']} words per box, LRU; TTFT {box['ttft_ms']:g} ms +"
+        f" {box['prefill_ms_per_token']:g} ms per uncached token), {load['clients']} closed-loop clients, "
+        f"{load['seconds']:g} s per policy and workload, figures after {load['warmup']:g} s.",
+        f"shared-prompts: {load['system_prompts']} system prompts of {load['system_words']} words, one per application,"
+        " a new short question each time; multi-turn: chats that grow turn by turn (4-10 turns). The gateway's",
+        "policies pass nginx and HAProxy with TLS; vllm-router's go to the stand-ins directly (plain HTTP):",
+        "compare its TTFT with vllm-router-rr (the same path, round-robin), its hit rate and balance with all.",
+        "failed: streams without a 200 or not whole.",
+        "",
+    ]
+    for workload, policies in data["results"].items():
+        lines += [
+            f"{workload}:",
+            "",
+            "| policy | streams | failed | hit rate | TTFT p50 ms | TTFT p99 ms | busiest / mean |",
+            "|---|---:|---:|---:|---:|---:|---:|",
+        ]
+        lines += [
+            f"| {name} | {r['streams']} | {r['failed'] + r['truncated']} | {fmt(r['hit_rate'])} "
+            f"| {fmt(r['ttft_p50_ms'])} | {fmt(r['ttft_p99_ms'])} | {fmt(r['busiest_over_mean'])} |"
+            for name, r in policies.items()
+        ]
+        lines.append("")
+    shared = data["results"].get("shared-prompts", {})
+    prefix, session = shared.get("prefix-aware"), shared.get("session-hash")
+    if prefix and session and session["hit_rate"] and prefix["busiest_over_mean"] is not None:
+        ratio = prefix["hit_rate"] / session["hit_rate"]
+        # over both workloads
+        busiest = max(p["prefix-aware"]["busiest_over_mean"] for p in data["results"].values() if "prefix-aware" in p)
+        met = ratio >= PLACEMENT_HIT_GOAL and busiest <= PLACEMENT_BOUND
+        lines += [
+            f"Goal (issue 47): prefix-aware at least {PLACEMENT_HIT_GOAL:g}x session-hash's hit rate on shared-prompts,"
+            f" busiest box <= {PLACEMENT_BOUND:g}x the mean: {'met' if met else 'NOT met'} ({ratio:.2f}x;"
+            f" prefix-aware's busiest / mean at most {busiest:.3f} over both workloads).",
+            "",
+        ]
+    if real.is_file():
+        engine = json.loads(real.read_text())
+        rounds = "; ".join(
+            f"request {r['request']}: {r['hits']:g} of {r['queries']:g} tokens hit" for r in engine["rounds"]
+        )
+        lines += [
+            f"The real engine (`{engine['command']}`, {engine['when']}): vLLM {engine['vllm']} for CPUs, the tiny test"
+            f" model, one prompt twice, read by the same reader: {rounds} (vllm:prefix_cache_hits_total over"
+            f" vllm:prefix_cache_queries_total); the stand-in's model predicts {engine['model_predicts_hits']} at the"
+            f" CPU backend's block size ({engine['block_size']}).",
+            "",
+        ]
+    return "\n".join(lines)
+
+
+def replace_section(text: str, heading: str, section: str, before: str) -> str:
+    """``text`` with its section under ``heading`` (up to the next top-level heading) replaced by ``section``, or
+    ``section`` put before the heading ``before`` when it has none; the other sections stay as they are."""
+    start = text.find(heading)
+    if start < 0:
+        start = end = text.find(before)
+        if start < 0:
+            raise SystemExit(f"neither {heading!r} nor {before!r} in the file: run bench/report.py --out once")
+    else:
+        end = text.find("\n# ", start + len(heading))
+        end = len(text) if end < 0 else end + 1
+    return text[:start] + section.lstrip("\n") + "\n" + text[end:]
+
+
 SCENARIO_TIMES = ROOT / "bench" / "scenario-times.json"
 MEASURED_TIMES = ROOT / ".cache" / "molecule-logs" / "times.json"
 RECORD_HINT = "run `make molecule`, then `python bench/report.py --record-times`"
@@ -746,7 +829,19 @@ def main(argv: list[str] | None = None) -> int:
         action="store_true",
         help="print only the V1 calibration section; with --out, replace that section of the file and keep the rest",
     )
+    parser.add_argument(
+        "--placement-only",
+        action="store_true",
+        help="print only the placement section; with --out, replace (or add) that section of the file, keep the rest",
+    )
     args = parser.parse_args(argv)
+    if args.placement_only:
+        section = placement_load_report()
+        print(section)
+        if args.out:
+            text = args.out.read_text()
+            args.out.write_text(replace_section(text, PLACEMENT_HEADING, section, "# make test: time per scenario"))
+        return 0
     if args.v1_only:
         section = v1_report(load_cases(CALIBRATION_V1_DIR))
         print(section)
@@ -769,6 +864,7 @@ def main(argv: list[str] | None = None) -> int:
         + proxy_load_report()
         + guidellm_load_report()
         + affinity_load_report()
+        + placement_load_report()
         + scenario_times_report()
         + harness_figures_report()
     )

@@ -51,7 +51,8 @@ class Load:
     def __init__(self, args: argparse.Namespace, key: str) -> None:
         self.args = args
         self.key = key
-        self.ctx = ssl.create_default_context(cafile=args.ca)
+        # no CA: plain HTTP (bench/placement_load.py's path to a router without TLS)
+        self.ctx = ssl.create_default_context(cafile=args.ca) if args.ca else None
         low, _, high = args.tokens.partition("-")
         self.tokens = (int(low), int(high or low))
         self.in_flight: dict[str, int] = {}
@@ -65,13 +66,21 @@ class Load:
         fh.write(json.dumps(line) + "\n")
         fh.flush()
 
+    def next_chat(self, n: int, rng: random.Random) -> tuple[str, list[dict]]:
+        """Client n's next stream: its session and messages (the fleet's mix: one short chat, a fixed session).
+        A bench's workload overrides it (bench/placement_load.py), and answered()."""
+        name = "hot" if n < self.args.hot_clients else f"session-{n % self.args.sessions}"
+        return self.args.session_prefix + name, [{"role": "user", "content": f"chat {n}"}]
+
+    def answered(self, n: int, line: dict) -> None:
+        """Called after each of client n's streams with its line (what OUT gets)."""
+
     async def client(self, n: int) -> None:
         rng = random.Random(self.args.seed * 1000 + n)
-        name = "hot" if n < self.args.hot_clients else f"session-{n % self.args.sessions}"
-        session = self.args.session_prefix + name
         reader = writer = None
         while not self.stopped():
             tokens = rng.randint(*self.tokens)
+            session, messages = self.next_chat(n, rng)
             line = {"t": round(time.time(), 3), "client": n, "session": session, "status": 0, "error": "",
                     "tokens": tokens, "got": 0, "done": False, "whole": False, "ttft_s": None, "box": ""}  # fmt: skip
             box = ""
@@ -80,8 +89,7 @@ class Load:
                     reader, writer = await asyncio.open_connection(
                         self.args.host, self.args.port, ssl=self.ctx, limit=1 << 20
                     )
-                body = {"model": "tiny", "messages": [{"role": "user", "content": f"chat {n}"}], "max_tokens": tokens,
-                        "stream": True}  # fmt: skip
+                body = {"model": "tiny", "messages": messages, "max_tokens": tokens, "stream": True}
                 sent = time.perf_counter()
                 writer.write(sse_client.request("/v1/chat/completions", "gpubox-gateway", self.key, body,
                                                 {"X-Session-Id": session}))  # fmt: skip
@@ -112,6 +120,7 @@ class Load:
                 await asyncio.sleep(0.5)
             line["end"] = round(time.time(), 3)
             self.write(self.out, line)
+            self.answered(n, line)
         if writer is not None:
             writer.close()
 

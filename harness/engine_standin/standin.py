@@ -158,14 +158,14 @@ class Stats:
             f"vllm:time_to_first_token_seconds_sum{{{label}}} {self.ttft_sum}",
             f"vllm:time_to_first_token_seconds_count{{{label}}} {self.ttft_count}",
         ]
-        if self.cache is not None:  # vLLM 0.32's counters (vllm/v1/metrics/loggers.py), its labels
+        if self.cache is not None:  # vLLM 0.32's counters (vllm/v1/metrics/loggers.py), its labels, as it writes them
             engine = f'engine="0",{label}'
             lines += [
-                "# HELP vllm:prefix_cache_queries Prompt tokens looked up in the prefix cache (stand-in model).",
-                "# TYPE vllm:prefix_cache_queries counter",
+                "# HELP vllm:prefix_cache_queries_total Prompt tokens looked up in the prefix cache (stand-in model).",
+                "# TYPE vllm:prefix_cache_queries_total counter",
                 f"vllm:prefix_cache_queries_total{{{engine}}} {self.cache.queries}",
-                "# HELP vllm:prefix_cache_hits Prompt tokens found in the prefix cache (stand-in model).",
-                "# TYPE vllm:prefix_cache_hits counter",
+                "# HELP vllm:prefix_cache_hits_total Prompt tokens found in the prefix cache (stand-in model).",
+                "# TYPE vllm:prefix_cache_hits_total counter",
                 f"vllm:prefix_cache_hits_total{{{engine}}} {self.cache.hits}",
             ]
         return "\n".join(lines) + "\n"

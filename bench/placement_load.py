@@ -1,0 +1,453 @@
+#!/usr/bin/env python3
+"""Placement inside a pool against the prefix cache (issue 47, item 3): a bench, not a test.
+
+    python bench/placement_load.py [--seconds 25] [--warmup 5] [--clients 24] [--tokens 16-48] [--ttft-ms 50]
+                                   [--itl-ms 20] [--prefill-ms-per-token 0.2] [--cache-blocks 160]
+                                   [--system-prompts 12] [--system-words 500] [--policies NAME,...]
+                                   [--workloads shared-prompts,multi-turn] [--out bench/placement-load.json]
+    python bench/placement_load.py --real-engine [--out-real bench/placement-real-engine.json]
+
+Three boxes on this machine's loopback, as bench/affinity_load.py starts them (the engine stand-in, TEST ONLY,
+behind nginx with roles/front_door's rendered file), but each stand-in runs its MODEL of vLLM 0.32's prefix cache
+(harness/engine_standin/standin.py, PrefixCache: chained hashes of 16-token blocks, tokens = words of the text,
+--cache-blocks blocks per box, LRU), so that a request's TTFT is --ttft-ms plus --prefill-ms-per-token for each
+prompt token its box did not hold. The client is the fleet's (harness/stream_load.py: closed-loop clients, each
+stream after the last), with two workloads:
+  shared-prompts  --system-prompts long system prompts (--system-words words each), each the prompt of one
+                  application; client n uses application n mod --system-prompts and sends, as session
+                  "user-n", a new short question (20-40 words) after it each time;
+  multi-turn      each client holds one chat at a time (its session: the chat's id), a short system prompt
+                  shared by all, then turn by turn its user messages (20-60 words) and the answers it got; a
+                  chat ends after 4-10 turns and the client starts another.
+Each workload runs once per policy, the boxes' caches emptied before (vLLM's POST /reset_prefix_cache), same
+seed, one after the other in one run. Policies:
+  round-robin    the gateway (HAProxy with roles/llm_gateway's file) with llm_gateway_placement: round-robin;
+  session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
+  prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
+  vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox) with
+                 --policy cache_aware, over the stand-ins themselves: plain HTTP, no front door, no TLS (another
+                 path: its TTFT leaves out the two TLS proxies, its hit rate and balance compare as they are);
+  vllm-router-rr the same router with --policy round_robin: the control for that path's TTFT.
+Figures per workload and policy, over the streams that started after --warmup and the counters from then to
+the end: the prefix-cache hit rate (vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total, read
+from each box's /metrics, as the real engine's are read), TTFT p50/p99 at the client, the load per box (its
+vllm:num_requests_running, sampled each second) and the busiest box over the mean (the bound: 1.25).
+The gateway's rendered file is checked to hold the policy's balance line, so that a knob the role does not
+know yet cannot pass for a policy. --real-engine instead starts vLLM 0.32 for CPUs (~/.cache/gpubox/
+vllm032-venv, tests/vllm032) with the tiny test model, sends one prompt twice and reads the same counters.
+What is real: nginx, HAProxy and vllm-router with their own files, the fleet's client. What is not: the engine
+(a stand-in with a fixed pace, whose prefix cache is a model) and three boxes sharing two cores with the client.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import random
+import re
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+from bench import proxy_load  # sets up the collection loader and live_proxies
+from harness import stream_load
+from harness.engine_standin.standin import PrefixCache
+
+live_proxies = proxy_load.live_proxies
+ROOT = proxy_load.ROOT
+CACHE = Path(os.environ.get("GPUBOX_CACHE", Path.home() / ".cache" / "gpubox"))
+ROUTER_VENV = CACHE / "vllm-router-venv"
+ROUTER_VERSION = "0.1.17"
+VLLM_VENV = Path(os.environ.get("GPUBOX_VLLM032_VENV", CACHE / "vllm032-venv"))
+TINY_MODEL = CACHE / "tiny-model"
+CPU_BLOCK_SIZE = 128  # vLLM 0.32's CPU backend sets it (vllm/platforms/cpu.py) when none is given
+PREFIX_LINE = re.compile(r"^(# TYPE )?vllm:prefix_cache_(queries|hits)_total\b")  # no HELP: vLLM's words
+
+BOXES = [f"gpubox-m-fleet-box{n}" for n in (1, 2, 3)]
+# name: how it is started; "balance": the line the rendered gateway file must hold for it
+POLICIES: dict[str, dict] = {
+    "round-robin": {"knobs": {"llm_gateway_placement": "round-robin"}, "balance": "balance roundrobin"},
+    "session-hash": {"knobs": {"llm_gateway_placement": "session"}, "balance": "balance hdr("},
+    "prefix-aware": {"knobs": {"llm_gateway_placement": "prefix"}, "balance": "balance hash var(txn.gpubox_prefix)"},
+    "vllm-router": {"router": "cache_aware"},
+    "vllm-router-rr": {"router": "round_robin"},
+}
+DEFAULT_POLICIES = "round-robin,session-hash,prefix-aware,vllm-router,vllm-router-rr"
+WORKLOADS = ("shared-prompts", "multi-turn")
+SHARED_SYSTEM = "You are the assistant of this service: answer briefly and say so when you do not know."
+
+
+# --- what /metrics says, the stand-in's and vLLM's alike -----------------------------------------------------
+def metric(text: str, name: str) -> float:
+    """The sum of a metric's samples over its label sets (0 when absent)."""
+    pattern = re.compile(rf"^{re.escape(name)}(?:\{{[^}}]*\}})? ([0-9.eE+-]+)$", re.M)
+    return sum(float(value) for value in pattern.findall(text))
+
+
+def metrics_text(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as answer:
+        return answer.read().decode()
+
+
+def read_box(port: int, text: str | None = None) -> dict:
+    text = metrics_text(port) if text is None else text
+    return {
+        "t": time.time(),
+        "queries": metric(text, "vllm:prefix_cache_queries_total"),
+        "hits": metric(text, "vllm:prefix_cache_hits_total"),
+        "running": metric(text, "vllm:num_requests_running"),
+    }
+
+
+class Sampler(threading.Thread):
+    """Each box's /metrics once a second, until stopped."""
+
+    def __init__(self, engines: dict[str, int]) -> None:
+        super().__init__(daemon=True)
+        self.engines = engines
+        self.samples: list[dict[str, dict]] = []
+        self.halt = threading.Event()
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            self.samples.append({name: read_box(port) for name, port in self.engines.items()})
+            self.halt.wait(1.0)
+
+    def stop(self) -> dict[str, dict]:
+        self.halt.set()
+        self.join()
+        last = {name: read_box(port) for name, port in self.engines.items()}
+        self.samples.append(last)
+        return last
+
+
+# --- the workloads, as the fleet client's next chat ----------------------------------------------------------
+def text(rng: random.Random, words: int, tag: str) -> str:
+    return " ".join(f"{tag}{rng.randrange(100000)}" for _ in range(words))
+
+
+class SharedPrompts(stream_load.Load):
+    def __init__(self, args: argparse.Namespace, key: str) -> None:
+        super().__init__(args, key)
+        apps = random.Random(47)
+        self.prompts = [
+            f"Application {k}. " + text(apps, args.system_words, f"a{k}w") for k in range(args.system_prompts)
+        ]
+
+    def next_chat(self, n: int, rng: random.Random) -> tuple[str, list[dict]]:
+        question = text(rng, rng.randint(20, 40), "q")
+        messages = [
+            {"role": "system", "content": self.prompts[n % len(self.prompts)]},
+            {"role": "user", "content": question},
+        ]
+        return f"user-{n}", messages
+
+
+class MultiTurn(stream_load.Load):
+    def __init__(self, args: argparse.Namespace, key: str) -> None:
+        super().__init__(args, key)
+        self.chats: dict[int, dict] = {}
+
+    def next_chat(self, n: int, rng: random.Random) -> tuple[str, list[dict]]:
+        chat = self.chats.get(n)
+        if chat is None or chat["turns"] == chat["length"]:
+            count = (chat or {}).get("count", -1) + 1
+            opening = [{"role": "system", "content": SHARED_SYSTEM}]
+            chat = {"id": f"chat-{n}-{count}", "count": count, "turns": 0, "length": rng.randint(4, 10)}
+            chat = self.chats[n] = {**chat, "messages": opening}
+        chat["messages"].append({"role": "user", "content": text(rng, rng.randint(20, 60), "u")})
+        chat["turns"] += 1
+        return chat["id"], list(chat["messages"])
+
+    def answered(self, n: int, line: dict) -> None:
+        chat = self.chats[n]
+        if line["whole"]:  # the answer as the stand-in streamed it: one "tok" per token
+            chat["messages"].append({"role": "assistant", "content": " ".join(["tok"] * line["got"])})
+        else:  # no answer: the turn is asked again
+            chat["messages"].pop()
+            chat["turns"] -= 1
+
+
+def run_load(args, workload: str, port: int, ca: Path | None, tmp: Path, engines: dict[str, int]) -> dict:
+    out, samples, stop = tmp / "load.jsonl", tmp / "samples.jsonl", tmp / "stop"
+    for path in (out, samples, stop):
+        path.unlink(missing_ok=True)
+    for engine in engines.values():  # an empty cache for each policy
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{engine}/reset_prefix_cache", method="POST"))
+    load_args = argparse.Namespace(
+        ca=str(ca) if ca else None, out=str(out), samples=str(samples), stop=str(stop), host="127.0.0.1", port=port,
+        clients=args.clients, tokens=args.tokens, hot_clients=0, sessions=1, seed=47, session_prefix="",
+        system_prompts=args.system_prompts, system_words=args.system_words,
+    )  # fmt: skip
+    load = (SharedPrompts if workload == "shared-prompts" else MultiTurn)(load_args, live_proxies.GATEWAY_KEY)
+    sampler = Sampler(engines)
+    started = time.time()
+    sampler.start()
+    timer = threading.Timer(args.seconds, stop.touch)
+    timer.start()
+    try:
+        asyncio.run(load.run())
+    finally:
+        timer.cancel()
+        last = sampler.stop()
+    return figures(stream_load.read_jsonl(str(out)), sampler.samples, last, started + args.warmup)
+
+
+def figures(lines: list[dict], samples: list[dict[str, dict]], last: dict[str, dict], start: float) -> dict:
+    steady = stream_load.phase([line for line in lines if line["t"] >= start])
+    steady.pop("failures")
+    first = next((s for s in samples if min(box["t"] for box in s.values()) >= start), samples[0])
+    per_box = {name: {k: last[name][k] - first[name][k] for k in ("queries", "hits")} for name in last}
+    queries, hits = sum(b["queries"] for b in per_box.values()), sum(b["hits"] for b in per_box.values())
+    window = [s for s in samples if min(box["t"] for box in s.values()) >= start]
+    load = {name: round(statistics.fmean(s[name]["running"] for s in window), 2) for name in last} if window else {}
+    mean = statistics.fmean(load.values()) if load else 0
+    return {
+        **steady,
+        "hit_rate": round(hits / queries, 3) if queries else None,
+        "hit_rate_per_box": {
+            n: round(b["hits"] / b["queries"], 3) if b["queries"] else None for n, b in per_box.items()
+        },
+        "prompt_tokens": int(queries),
+        "load_per_box": load,
+        "busiest_over_mean": round(max(load.values()) / mean, 3) if mean else None,
+    }
+
+
+# --- the paths: the gateway, vllm-router ---------------------------------------------------------------------
+def start_gateway(tmp: Path, policy: str, boxes: list) -> tuple[subprocess.Popen, int]:
+    spec = POLICIES[policy]
+    tmp.mkdir(parents=True, exist_ok=True)
+    gateway, port = live_proxies.start_gateway(
+        tmp, 0, Path(), {**proxy_load.HIGH_LIMITS_GATEWAY, **spec["knobs"]}, log=tmp / "haproxy.log", boxes=boxes
+    )
+    conf = (tmp / "haproxy.cfg").read_text()
+    if spec["balance"] not in conf:
+        live_proxies.stop(gateway)
+        raise live_proxies.Missing(
+            f"{policy}: the rendered gateway file has no '{spec['balance']}' ({spec['knobs']} not known to "
+            "roles/llm_gateway at this commit?); leave it out with --policies"
+        )
+    return gateway, port
+
+
+def healthy(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def router_binary() -> Path:
+    binary = ROUTER_VENV / "bin" / "vllm-router"
+    if not binary.exists():
+        raise live_proxies.Missing(
+            f"vllm-router is not installed: python3 -m venv {ROUTER_VENV} && "
+            f"{ROUTER_VENV}/bin/pip install vllm-router=={ROUTER_VERSION} (or leave it out with --policies)"
+        )
+    return binary
+
+
+def start_router(policy: str, engines: dict[str, int], log: Path) -> tuple[subprocess.Popen, int]:
+    binary = router_binary()
+
+    def launch(port: int) -> subprocess.Popen:
+        workers = [f"http://127.0.0.1:{p}" for p in engines.values()]
+        argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--policy", POLICIES[policy]["router"],
+                "--worker-urls", *workers, "--log-level", "warning"]  # fmt: skip
+        with log.open("a") as out:
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+
+    proc, port = live_proxies.start_on_a_free_port(launch, "vllm-router")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # it listens before its workers pass their checks
+        if healthy(port):
+            return proc, port
+        time.sleep(0.5)
+    live_proxies.stop(proc)
+    raise AssertionError(f"vllm-router does not answer /health on {port}: see {log}")
+
+
+# --- the real engine's counters ------------------------------------------------------------------------------
+def real_engine(out: Path) -> int:
+    """vLLM 0.32 for CPUs with the tiny model: one prompt twice, the counters read as the bench reads the boxes'."""
+    python = VLLM_VENV / "bin" / "python"
+    if not python.exists() or not TINY_MODEL.is_dir():
+        print(f"placement_load: needs {python} (make vllm032) and {TINY_MODEL}", file=sys.stderr)
+        return 2
+    port = live_proxies.free_port()
+    log = Path(tempfile.mkdtemp(prefix="gpubox-real-engine.")) / "vllm.log"
+    argv = [
+        str(python),
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        str(TINY_MODEL),
+        "--port",
+        str(port),
+        "--host",
+        "127.0.0.1",
+        "--served-model-name",
+        "tiny",
+        "--max-model-len",
+        "2048",
+        "--enforce-eager",
+        "--enable-prefix-caching",
+    ]  # fmt: skip (block size: the CPU backend's own, a multiple of 32)
+    env = dict(os.environ, VLLM_CPU_KVCACHE_SPACE="1", VLLM_SERVER_DEV_MODE="1")
+    with log.open("w") as fh:
+        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
+    started = time.monotonic()
+    try:
+        while True:
+            if proc.poll() is not None or time.monotonic() - started > 570:
+                print(f"placement_load: vLLM did not start; its log: {log}", file=sys.stderr)
+                return 1
+            if healthy(port):
+                break
+            time.sleep(2)
+        up_s = time.monotonic() - started
+        prompt = " ".join(f"word{i}" for i in range(100))  # 490 tokens of the tiny model's tokenizer
+        rounds = []
+        for n in range(2):
+            before = read_box(port)
+            body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 2}).encode()
+            request = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", body,
+                                             {"Content-Type": "application/json"})  # fmt: skip
+            with urllib.request.urlopen(request, timeout=120) as answer:
+                usage = json.loads(answer.read())["usage"]
+            time.sleep(1)  # the counters are updated by the engine's stats logger after the step
+            text = metrics_text(port)
+            after = read_box(port, text)
+            counted = {k: after[k] - before[k] for k in ("queries", "hits")}
+            rounds.append({"request": n + 1, "prompt_tokens": usage["prompt_tokens"], **counted})
+        version = subprocess.run([str(python), "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
+                                 text=True).stdout.strip()  # fmt: skip
+    finally:
+        live_proxies.stop(proc)
+    # what the stand-in's model predicts for the same prompt twice, at the engine's block size (its
+    # vllm:cache_config_info; the CPU backend's is 128, vllm/platforms/cpu.py; CUDA's default 16)
+    configured = re.search(r'^vllm:cache_config_info\{[^}]*\bblock_size="(\d+)"', text, re.M)
+    block_size = int(configured[1]) if configured else CPU_BLOCK_SIZE
+    model = PrefixCache(capacity=64, block_size=block_size)
+    words = [str(i) for i in range(rounds[0]["prompt_tokens"])]
+    predicted = [model.admit(words), model.admit(words)]
+    record = {**proxy_load.provenance("placement_load.py", sys.argv[1:]), "vllm": version, "start_s": round(up_s),
+              "block_size": block_size, "model_predicts_hits": predicted,
+              "metrics_lines": [line for line in text.splitlines() if PREFIX_LINE.match(line)],
+              "model": "tiny-model (Qwen2, 2 layers, vocabulary 512)", "rounds": rounds}  # fmt: skip
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print(json.dumps(record, indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--warmup", type=float, default=5.0)
+    parser.add_argument("--clients", type=int, default=24)
+    parser.add_argument("--tokens", default="16-48")
+    parser.add_argument("--ttft-ms", type=float, default=50.0)
+    parser.add_argument("--itl-ms", type=float, default=20.0)
+    parser.add_argument("--prefill-ms-per-token", type=float, default=0.2)
+    parser.add_argument("--cache-blocks", type=int, default=160, help="the prefix cache model's blocks per box")
+    parser.add_argument("--system-prompts", type=int, default=12)
+    parser.add_argument("--system-words", type=int, default=500)
+    parser.add_argument("--policies", default=DEFAULT_POLICIES)
+    parser.add_argument("--workloads", default=",".join(WORKLOADS))
+    parser.add_argument("--out", default=str(ROOT / "bench" / "placement-load.json"))
+    parser.add_argument("--real-engine", action="store_true", help="only the check of the real engine's counters")
+    parser.add_argument("--out-real", default=str(ROOT / "bench" / "placement-real-engine.json"))
+    args = parser.parse_args(argv)
+    if args.real_engine:
+        return real_engine(Path(args.out_real))
+    policies = [name.strip() for name in args.policies.split(",") if name.strip()]
+    workloads = [name.strip() for name in args.workloads.split(",") if name.strip()]
+    if unknown := [name for name in policies if name not in POLICIES]:
+        parser.error(f"--policies: unknown {unknown}; known: {list(POLICIES)}")
+    if unknown := [name for name in workloads if name not in WORKLOADS]:
+        parser.error(f"--workloads: unknown {unknown}; known: {list(WORKLOADS)}")
+    if args.cache_blocks < 1 or args.system_prompts < 1 or args.clients < 1:
+        parser.error("--cache-blocks, --system-prompts and --clients must be 1 or more")
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    procs: list[subprocess.Popen] = []
+    tmp = Path(tempfile.mkdtemp(prefix="gpubox-placement-load."))
+    results: dict[str, dict] = {workload: {} for workload in workloads}
+    try:
+        boxes, engines = [], {}
+        for name in BOXES:
+            engine, engine_port = live_proxies.start_on_a_free_port(
+                lambda port, name=name: standin(port, name, args), "the engine stand-in"
+            )
+            procs.append(engine)
+            engines[name] = engine_port
+            box_dir = tmp / name
+            box_dir.mkdir()
+            front, front_port = live_proxies.start_front_door(
+                box_dir, engine_port, proxy_load.HIGH_LIMITS_FRONT_DOOR, 4096, name=name
+            )
+            procs.append(front)
+            boxes.append((name, front_port, box_dir / "tls.crt"))
+        for policy in policies:
+            for workload in workloads:
+                path_dir = tmp / f"{policy}-{workload}"
+                path_dir.mkdir()
+                if "router" in POLICIES[policy]:
+                    proc, port = start_router(policy, engines, path_dir / "router.log")
+                    ca = None
+                else:
+                    proc, port = start_gateway(path_dir, policy, boxes)
+                    ca = path_dir / "tls.pem"
+                    time.sleep(1.5)  # the first health checks mark the boxes up
+                try:
+                    results[workload][policy] = run_load(args, workload, port, ca, tmp, engines)
+                finally:
+                    live_proxies.stop(proc)
+                print(f"{workload:15} {policy:15} {json.dumps(results[workload][policy])}", flush=True)
+    except live_proxies.Missing as exc:
+        print(f"placement_load: {exc}", file=sys.stderr)
+        return 2
+    finally:
+        for proc in reversed(procs):
+            with contextlib.suppress(OSError):
+                live_proxies.stop(proc)
+    record = {
+        **proxy_load.provenance("placement_load.py", argv),
+        "haproxy": subprocess.run([live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True)
+        .stdout.splitlines()[0]
+        .split(" - ")[0],
+        "vllm_router": ROUTER_VERSION if any("router" in POLICIES[p] for p in policies) else None,
+        "load": {
+            k: getattr(args, k) for k in ("seconds", "warmup", "clients", "tokens", "system_prompts", "system_words")
+        },
+        "stand_in": {k: getattr(args, k) for k in ("ttft_ms", "itl_ms", "prefill_ms_per_token", "cache_blocks")}
+        | {"block_size": 16},
+        "results": results,
+    }
+    Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
+    print(f"written to {args.out}")
+    return 0
+
+
+def standin(port: int, name: str, args: argparse.Namespace) -> subprocess.Popen:
+    """The engine stand-in (TEST ONLY) with its prefix cache model, keyed as live_proxies.start_standin keys it."""
+    argv = [sys.executable, str(live_proxies.STANDIN), "--port", str(port), "--box-name", name,
+            "--ttft-ms", str(args.ttft_ms), "--itl-ms", str(args.itl_ms), "--prefix-cache-blocks",
+            str(args.cache_blocks), "--prefill-ms-per-token", str(args.prefill_ms_per_token)]  # fmt: skip
+    env = dict(os.environ, VLLM_API_KEY=live_proxies.GATEWAY_KEY)
+    return subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
