@@ -127,9 +127,15 @@ def inputs(case: dict[str, Any]) -> tuple[dict, dict, dict]:
     serving.setdefault("cudagraph_in_budget", bool(release and release >= (0, 21)))
     if serving["cudagraph_in_budget"] and case["logged"].get("cudagraph_gib") is not None:
         serving.setdefault("cudagraph_gib", case["logged"]["cudagraph_gib"])
-    # 0.32 runs Model Runner V2; an older V1 log states FlashInfer when it prints "Using FlashInfer for top-p & top-k
-    # sampling.", else the PyTorch sort ran (gpt-oss-20b on an H100: 38 B x 1024 x 201,088 = 7.29 GiB of a logged 7.38)
-    serving.setdefault("sampler", "v2" if release and release >= (0, 32) else "native-sort")
+    # 0.32 runs Model Runner V2. The V1 runner of 0.19-0.31 samples top-k/top-p with Triton from 8 rows on (vLLM
+    # 0.19.0's vllm/v1/sample/ops/topk_topp_sampler.py apply_top_k_top_p -> topk_topp_triton.py, the same fp32 scratch
+    # rows as 0.32's; FlashInfer only with VLLM_USE_FLASHINFER_SAMPLER=1): "native-triton". (0.25.1 made V2 the
+    # default for dense models; the dense cases of 0.25-0.31 here run 2-4 sequences, where either path holds under
+    # 0.05 GiB.) An older or unknown release's log states FlashInfer when it prints "Using FlashInfer for top-p & top-k
+    # sampling.", else the PyTorch sort ran (gpt-oss-20b on an H100: 38 B x 1024 x 201,088 = 7.29 GiB of a logged 7.38).
+    if release and release >= (0, 32):
+        serving.setdefault("sampler", "v2")
+    serving.setdefault("sampler", "native-triton" if release and release >= TRITON_SAMPLER_FROM else "native-sort")
     total = (
         gpu_in.get("total_gpu_memory_gib_logged")
         or gpu_in.get("total_gpu_memory_gib_assumed")
@@ -149,6 +155,9 @@ def families_of(case: dict[str, Any]) -> list[str]:
 # int(concurrency x max_model_len) after (the eole 0.13 and GKE 0.10.1.1 Gemma 3 logs fit the first, the 0.26
 # MedGemma log the second).
 OLD_TOKEN_LINE_BEFORE = (0, 20)
+# The first release whose V1 sampler is known to run Triton top-k/top-p (0.19.0's wheel; 0.10.1.1's sorts, see
+# capacity_v1 item 6). Releases between are not read; no planned case has one.
+TRITON_SAMPLER_FROM = (0, 19)
 
 
 def _page_inputs(model: Any, serving: Any) -> tuple[int, int]:

@@ -389,6 +389,26 @@ def test_a_case_left_out_of_the_family_rows_states_why_and_stays_in_the_table() 
         families.compare({**case, "not_qualifying": None})
 
 
+@pytest.mark.parametrize(
+    ("version", "sampler"),
+    [("0.10.1.1", "native-sort"), ("0.19.0", "native-triton"), ("0.27.1", "native-triton"), ("0.32.0", "v2"),
+     ("unknown", "native-sort")],
+)  # fmt: skip
+def test_the_bench_samples_as_the_logs_release_did(version: str, sampler: str) -> None:
+    """bench/families.py plans each log's profiling sampler by its release: the PyTorch sort before 0.19, the V1
+    runner's Triton top-k/top-p from 0.19 (read in the 0.19.0 wheel), Model Runner V2 from 0.32; a case's own
+    sampler wins. The control: the 0.19.0 gpt-oss-20b log is 1.0 % off with Triton, 1.9 % with the sort."""
+    from bench import families
+
+    case = next(c for c in families.load() if c["id"].startswith("myoceane-blog-a100-gpt-oss-20b"))
+    assert families.inputs({**case, "vllm_version": version})[2]["sampler"] == sampler
+    stated = {**case, "serving": {**case["serving"], "sampler": "flashinfer"}}
+    assert families.inputs(stated)[2]["sampler"] == "flashinfer"
+    if version == "0.19.0":
+        sort = {**case, "serving": {**case["serving"], "sampler": "native-sort"}}
+        assert families.compare(case)["kv"]["relative"] < 0.011 < families.compare(sort)["kv"]["relative"]
+
+
 def test_the_kv_sizing_reproduces_the_public_logs_within_5_percent() -> None:
     cases = _kv_sizing_cases()
     assert len(cases) >= 6, cases
