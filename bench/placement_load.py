@@ -25,8 +25,9 @@ seed, one after the other in one run. Policies:
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
   prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
   vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox) with
-                 --policy cache_aware, over the stand-ins themselves: plain HTTP, no front door, no TLS (another
-                 path: its TTFT leaves out the two TLS proxies, its hit rate and balance compare as they are);
+                 --policy cache_aware, over the same front doors (HTTPS, the boxes' certificates trusted through
+                 SSL_CERT_FILE); the client reaches it over plain HTTP (another path: no TLS to the router, no
+                 HAProxy; its hit rate and balance compare as they are);
   vllm-router-rr the same router with --policy round_robin: the control for that path's TTFT.
 Figures per workload and policy, over the streams that started after --warmup and the counters from then to
 the end: the prefix-cache hit rate (vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total, read
@@ -258,15 +259,20 @@ def router_binary() -> Path:
     return binary
 
 
-def start_router(policy: str, engines: dict[str, int], log: Path) -> tuple[subprocess.Popen, int]:
+def start_router(policy: str, boxes: list, tmp: Path) -> tuple[subprocess.Popen, int]:
+    """vllm-router over the boxes' front doors (HTTPS): it trusts the boxes' certificates through SSL_CERT_FILE (it
+    has no option of its own for a CA; without the bundle it refuses them and does not start)."""
     binary = router_binary()
+    log, bundle = tmp / "router.log", tmp / "boxes.pem"
+    bundle.write_bytes(b"".join(cert.read_bytes() for _, _, cert in boxes))
+    env = dict(os.environ, SSL_CERT_FILE=str(bundle))
 
     def launch(port: int) -> subprocess.Popen:
-        workers = [f"http://127.0.0.1:{p}" for p in engines.values()]
+        workers = [f"https://127.0.0.1:{front}" for _, front, _ in boxes]
         argv = [str(binary), "--host", "127.0.0.1", "--port", str(port), "--policy", POLICIES[policy]["router"],
                 "--worker-urls", *workers, "--log-level", "warning"]  # fmt: skip
         with log.open("a") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
 
     proc, port = live_proxies.start_on_a_free_port(launch, "vllm-router")
     deadline = time.monotonic() + 30
@@ -404,7 +410,7 @@ def main(argv: list[str] | None = None) -> int:
                 path_dir = tmp / f"{policy}-{workload}"
                 path_dir.mkdir()
                 if "router" in POLICIES[policy]:
-                    proc, port = start_router(policy, engines, path_dir / "router.log")
+                    proc, port = start_router(policy, boxes, path_dir)
                     ca = None
                 else:
                     proc, port = start_gateway(path_dir, policy, boxes)

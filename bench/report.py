@@ -614,8 +614,9 @@ def placement_load_report(path: Path = PLACEMENT_LOAD, real: Path = PLACEMENT_RE
         f"{load['seconds']:g} s per policy and workload, figures after {load['warmup']:g} s.",
         f"shared-prompts: {load['system_prompts']} system prompts of {load['system_words']} words, one per application,"
         " a new short question each time; multi-turn: chats that grow turn by turn (4-10 turns). The gateway's",
-        "policies pass nginx and HAProxy with TLS; vllm-router's go to the stand-ins directly (plain HTTP):",
-        "compare its TTFT with vllm-router-rr (the same path, round-robin), its hit rate and balance with all.",
+        "policies pass HAProxy and nginx with TLS; vllm-router's reach the router over plain HTTP, then the same",
+        "nginx front doors over TLS: compare its TTFT with vllm-router-rr (the same path, round-robin), its hit rate",
+        "and balance with all.",
         "failed: streams without a 200 or not whole.",
         "",
     ]
