@@ -374,8 +374,8 @@ def _kv_sizing_cases() -> list[tuple[str, float]]:
 
 
 def test_a_case_left_out_of_the_family_rows_states_why_and_stays_in_the_table() -> None:
-    """bench/families.py: a case marked qualifies: false is shown with its verdict but left out of its family's row,
-    and only with the reason its file states; the control is the same case counted."""
+    """bench/families.py: a case marked qualifies: false is shown with its verdict but its verdict is left out of its
+    family's row, and only with the reason its file states; the control is the same case counted."""
     from bench import families
 
     case = next(c for c in families.load() if c["id"].startswith("vllm-17469"))
@@ -383,7 +383,7 @@ def test_a_case_left_out_of_the_family_rows_states_why_and_stays_in_the_table() 
     counted = families.report([{k: v for k, v in case.items() if k != "qualifies"}])
     assert "| moe | 0 | - | 1 | NOT met |" in counted  # the control: its wrong verdict counts
     left_out = families.report([case])
-    assert "WRONG (does not start), not qualifying (see case)" in left_out
+    assert "WRONG (does not start), verdict not qualifying (see case)" in left_out
     assert "| moe | 0 | - | 0 | NOT met |" in left_out and case["not_qualifying"] in left_out
     with pytest.raises(ValueError, match="needs not_qualifying"):
         families.compare({**case, "not_qualifying": None})
