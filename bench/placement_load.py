@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Placement inside a pool against the prefix cache (issue 47, item 3): a bench, not a test.
 
-    python bench/placement_load.py [--seconds 25] [--warmup 5] [--clients 24] [--tokens 16-48] [--ttft-ms 50]
+    python bench/placement_load.py [--seconds 20] [--warmup 5] [--clients 24] [--tokens 16-48] [--ttft-ms 50]
                                    [--itl-ms 20] [--prefill-ms-per-token 0.2] [--cache-blocks 160]
                                    [--system-prompts 12] [--system-words 500] [--policies NAME,...]
                                    [--workloads shared-prompts,multi-turn] [--out bench/placement-load.json]
@@ -24,6 +24,7 @@ seed, one after the other in one run. Policies:
   round-robin    the gateway (HAProxy with roles/llm_gateway's file) with llm_gateway_placement: round-robin;
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
   prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
+  prefix-aware-256  the same with llm_gateway_prefix_bytes: 256 (the role's default: 1024);
   vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox) with
                  --policy cache_aware, over the same front doors (HTTPS, the boxes' certificates trusted through
                  SSL_CERT_FILE); the client reaches it over plain HTTP (another path: no TLS to the router, no
@@ -74,15 +75,20 @@ CPU_BLOCK_SIZE = 128  # vLLM 0.32's CPU backend sets it (vllm/platforms/cpu.py) 
 PREFIX_LINE = re.compile(r"^(# TYPE )?vllm:prefix_cache_(queries|hits)_total\b")  # no HELP: vLLM's words
 
 BOXES = [f"gpubox-m-fleet-box{n}" for n in (1, 2, 3)]
-# name: how it is started; "balance": the line the rendered gateway file must hold for it
+PREFIX = "balance hash var(txn.gpubox_prefix)"
+# name: how it is started; "expect": what the rendered gateway file must hold for it
 POLICIES: dict[str, dict] = {
-    "round-robin": {"knobs": {"llm_gateway_placement": "round-robin"}, "balance": "balance roundrobin"},
-    "session-hash": {"knobs": {"llm_gateway_placement": "session"}, "balance": "balance hdr("},
-    "prefix-aware": {"knobs": {"llm_gateway_placement": "prefix"}, "balance": "balance hash var(txn.gpubox_prefix)"},
+    "round-robin": {"knobs": {"llm_gateway_placement": "round-robin"}, "expect": ["balance roundrobin"]},
+    "session-hash": {"knobs": {"llm_gateway_placement": "session"}, "expect": ["balance hdr("]},
+    "prefix-aware": {"knobs": {"llm_gateway_placement": "prefix"}, "expect": [PREFIX]},
+    "prefix-aware-256": {
+        "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_prefix_bytes": 256},
+        "expect": [PREFIX, "lua.gpubox_route 256 "],
+    },
     "vllm-router": {"router": "cache_aware"},
     "vllm-router-rr": {"router": "round_robin"},
 }
-DEFAULT_POLICIES = "round-robin,session-hash,prefix-aware,vllm-router,vllm-router-rr"
+DEFAULT_POLICIES = "round-robin,session-hash,prefix-aware,prefix-aware-256,vllm-router,vllm-router-rr"
 WORKLOADS = ("shared-prompts", "multi-turn")
 SHARED_SYSTEM = "You are the assistant of this service: answer briefly and say so when you do not know."
 
@@ -232,10 +238,10 @@ def start_gateway(tmp: Path, policy: str, boxes: list) -> tuple[subprocess.Popen
         tmp, 0, Path(), {**proxy_load.HIGH_LIMITS_GATEWAY, **spec["knobs"]}, log=tmp / "haproxy.log", boxes=boxes
     )
     conf = (tmp / "haproxy.cfg").read_text()
-    if spec["balance"] not in conf:
+    if missing := [line for line in spec["expect"] if line not in conf]:
         live_proxies.stop(gateway)
         raise live_proxies.Missing(
-            f"{policy}: the rendered gateway file has no '{spec['balance']}' ({spec['knobs']} not known to "
+            f"{policy}: the rendered gateway file has no {missing} ({spec['knobs']} not known to "
             "roles/llm_gateway at this commit?); leave it out with --policies"
         )
     return gateway, port
@@ -359,7 +365,7 @@ def real_engine(out: Path) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=25.0)
+    parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--warmup", type=float, default=5.0)
     parser.add_argument("--clients", type=int, default=24)
     parser.add_argument("--tokens", default="16-48")
