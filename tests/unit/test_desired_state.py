@@ -305,8 +305,8 @@ def test_a_mapping_that_raises_is_reported_not_raised() -> None:
     assert state_checks.validate("nope").errors  # type: ignore[arg-type]
 
 
-def test_the_choices_match_vllm_073_sources_kept_in_the_vllm073_test() -> None:
-    # tests/vllm073/test_parser.py compares these tuples with the real parser's choices.
+def test_the_choices_match_vllm_073_sources_kept_in_the_engines_suite() -> None:
+    # tests/engines/test_command_lines.py compares these tuples with the real parser's choices.
     assert "awq_marlin" in state_checks.QUANTIZATIONS and "bfloat16" in state_checks.DTYPES
     assert state_checks.BLOCK_SIZES == (8, 16, 32)
 

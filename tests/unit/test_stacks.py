@@ -311,7 +311,7 @@ def test_day_two_lists_every_stacks_support_dates_from_the_table() -> None:
 
 def test_the_serving_scenario_runs_the_supported_stacks_command_line_over_the_test_images_driver() -> None:
     """molecule/serving's box is on lts-580, whose vLLM (0.32.0) is the CPU engine's release: the command line it
-    renders is that stack's (tests/vllm032 parses it with 0.32.0's parser), not the pinned stack's. Its driver and
+    renders is that stack's (tests/engines parses it with 0.32.0's parser), not the pinned stack's. Its driver and
     CUDA stay the test image's (Debian 12 carries no 580), named by the harness's group vars."""
     from test_vllm_args import scenario_render, scenario_vllm_argv
 

@@ -2,8 +2,8 @@
 
 The state comes from the real inventory and roles as Ansible resolves them (harness/ansible_vars.py:
 gpubox defaults < group_vars < extra vars, templated through the gpubox.gpubox.desired_state lookup),
-so a wrong mapping from gpubox_* facts to flags fails here. tests/vllm073 feeds the same command
-lines to vLLM's own parser.
+so a wrong mapping from gpubox_* facts to flags fails here. tests/engines feeds the same command
+lines to each stack's own vLLM parser.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 advisories need (a request's own chat template, chat_template_kwargs, mm_processor_kwargs, sequences and fan-out,
 guided decoding by whatever field asks for it, the backend), with a 400 naming the field.
 
-Driven here with a recording ASGI app and asyncio (the guard uses the standard library only); tests/vllm073 and
-tests/vllm032 run it inside vLLM 0.7.3's and 0.32.0's own apps (IN_APP_SCRIPT below, on every POST route), and
+Driven here with a recording ASGI app and asyncio (the guard uses the standard library only); tests/engines
+runs it inside each stack's vLLM release's own app, 0.7.3's and 0.32.0's (IN_APP_SCRIPT below, on every POST route), and
 molecule/serving sends such requests through the front door to a real vLLM.
 """
 
@@ -320,8 +320,8 @@ def nested(depth: int) -> dict:
 
 DEPTH = guard.MAX_GRAMMAR_NESTING
 
-# The refused classes, one body each, with the field the refusal names; the in-app tests (tests/vllm073,
-# tests/vllm032) send them to every POST route of each release's own app.
+# The refused classes, one body each, with the field the refusal names; the in-app tests (tests/engines)
+# send them to every POST route of each release's own app.
 EFFECT_PROBES = {
     # guided decoding through a tool: a named tool_choice (0.7.3, 0.32.0), "required" (0.32.0), none given ("auto")
     "tool_named": ({"tools": [CHAT_TOOL], "tool_choice": NAMED}, "tools"),
@@ -468,7 +468,7 @@ def test_what_asks_for_no_more_than_the_bounds_passes(body: dict) -> None:
     assert app.bodies == [raw] and sent[0]["status"] == 200
 
 
-# Runs inside a vLLM environment (tests/vllm073, tests/vllm032) after the release's own ``build(argv)``, which returns
+# Runs inside a vLLM environment (tests/engines) after the release's own ``build(argv)``, which returns
 # its OpenAI app built from vLLM's parser on ``argv``: one app with the guard (loaded by --middleware from
 # roles/vllm_service/files on PYTHONPATH, as on the box) and one without. Every sweep body goes to every POST route the
 # guarded app registers; each case (a route and a body that route's own request model takes) goes to both apps.
