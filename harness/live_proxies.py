@@ -253,6 +253,20 @@ def haproxy_binary() -> str:
     return haproxy
 
 
+def write_gateway_errors(out: Path) -> Path:
+    """HAProxy's error answers as roles/llm_gateway writes them (templates/gpubox-error.http.j2, one file per status
+    of vars/main.yml's __llm_gateway_errors) into ``out``; returns ``out``, the gateway's __llm_gateway_errors_dir."""
+    from ansible.template import trust_as_template
+
+    templar, variables = ansible_vars.templar_for("unit-gateway-live", roles=("llm_gateway",), groups=("fleet_cache",))
+    text = (ROOT / "roles" / "llm_gateway" / "templates" / "gpubox-error.http.j2").read_text()
+    out.mkdir(parents=True, exist_ok=True)
+    for error in templar.template(variables["__llm_gateway_errors"]):
+        one = templar.copy_with_new_env(available_variables={**variables, "item": error})
+        (out / f"{error['status']}.http").write_text(one.template(trust_as_template(text)))
+    return out
+
+
 def start_gateway(
     tmp: Path,
     box_port: int,
@@ -278,6 +292,7 @@ def start_gateway(
     boxes = boxes or [("localhost", box_port, box_cert)]
     for name, _, crt in boxes:
         (tmp / f"{name}.crt").write_bytes(crt.read_bytes())
+    errors = write_gateway_errors(tmp / "errors")
 
     def launch(port: int) -> subprocess.Popen:
         conf = render(
@@ -292,6 +307,7 @@ def start_gateway(
                 "__llm_gateway_backend_ca_dir": str(tmp),
                 "__llm_gateway_socket": str(tmp / "admin.sock"),
                 "__llm_gateway_state_file": str(tmp / "server-state"),
+                "__llm_gateway_errors_dir": str(errors),
                 **knobs,
             },
         )  # fmt: skip

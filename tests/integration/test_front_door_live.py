@@ -26,8 +26,9 @@ Tenants (gpubox_tenants) with small limits: one request a minute with no burst, 
   with its stick table, refuses an unknown key itself, and answers its own errors (429, 401, 404, 503) in JSON;
   it has a JSON answer for every status it takes in http-error (asked of the binary), refuses a path the box
   would read as another (control: without the refusal a key's /v1/../metrics reached the engine's /metrics),
-  and answers what its parser refuses before a request exists with its built-in page (HAProxy 2.6 lets no
-  configuration change that page; docs/facts.md).
+  answers what its parser refuses before a request exists with its built-in page, pinned case by case (HAProxy 2.6
+  lets no configuration change that page; 3.3 sends the errorfile: docs/facts.md), and closes a connection that
+  sends nothing without that page (control: without option http-ignore-probes it got HTML 408).
 """
 
 from __future__ import annotations
@@ -926,14 +927,27 @@ def test_every_error_status_haproxy_can_answer_itself_has_its_json(tmp_path):
         haproxy = live_proxies.haproxy_binary()
     except live_proxies.Missing as exc:
         pytest.fail(str(exc))
-    knobs = {"__llm_gateway_servers": []}
+    errors = live_proxies.write_gateway_errors(tmp_path / "errors")
+    knobs = {"__llm_gateway_servers": [], "__llm_gateway_errors_dir": str(errors)}
     conf = live_proxies.render("unit-gateway-live", "llm_gateway", "haproxy.cfg.j2", ("llm_gateway",), (), knobs)
-    errors = [line.split(None, 3)[2:] for line in conf.splitlines() if line.strip().startswith("http-error ")]
-    assert {int(status) for status, _ in errors} == _http_error_statuses(haproxy, tmp_path)
-    for status, rest in errors:
-        assert rest.startswith("content-type application/json string "), (status, rest)
-        body = re.match(r'content-type application/json string "((?:[^"\\]|\\.)*)"', rest).group(1)
-        error = json.loads(body.replace('\\"', '"'))["error"]
+    lines = [line.strip() for line in conf.splitlines() if line.strip().startswith("errorfile ")]
+    # An http-error string would do the same for a request HAProxy has read, and 3.3 would not send it for what
+    # its parser refuses (docs/facts.md, "nginx and HAProxy").
+    assert not [line for line in conf.splitlines() if line.strip().startswith("http-error ")]
+    files = {int(status): Path(path) for _, status, path in (line.split() for line in lines)}
+    assert set(files) == _http_error_statuses(haproxy, tmp_path) and len(files) == len(lines), lines
+    # The binary loads each file with no warning (-dW: a warning fails): a whole HTTP response whose Content-Length
+    # is its body's, for a status it takes there.
+    check = tmp_path / "errorfiles.cfg"
+    timeouts = "".join(f"    timeout {kind} 5s\n" for kind in ("connect", "client", "server"))
+    listener = "frontend fe\n    bind 127.0.0.1:1\n"  # -c binds nothing; without one it exits 2
+    check.write_text("defaults\n    mode http\n" + timeouts + "".join(f"    {line}\n" for line in lines) + listener)
+    run = subprocess.run([haproxy, "-dW", "-c", "-f", str(check)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for status, path in files.items():
+        head, _, body = path.read_bytes().partition(b"\n\n")
+        assert head.startswith(f"HTTP/1.1 {status} ".encode()) and b"\nContent-Type: application/json\n" in head
+        error = json.loads(body)["error"]
         assert set(error) == {"message", "type", "code"} and all(error.values()), (status, error)
 
 
@@ -941,39 +955,90 @@ def _short_request_timeout(conf: str) -> str:
     return _swap(conf, [("timeout http-request 30s", "timeout http-request 1s")])
 
 
+def _without_ignore_probes(conf: str) -> str:
+    return _swap(_short_request_timeout(conf), [("    option http-ignore-probes\n", "")])
+
+
+def test_the_gateway_closes_a_connection_that_sends_nothing_without_a_page(tmp_path, gateway):
+    # option http-ignore-probes: closed when timeout http-request (1 s here) passes, nothing sent (control: without
+    # it HAProxy 2.6 answered its HTML 408, option dontlognull or not).
+    box_cert = gateway["box_dir"] / "tls.crt"
+    answers = {}
+    for name, edit in (("file", _short_request_timeout), ("control", _without_ignore_probes)):
+        proc, port = _start_gateway(tmp_path / name, gateway["box_port"], box_cert, {}, edit=edit)
+        try:
+            started = time.monotonic()
+            answers[name] = (_raw(port, b"", "127.0.3.5"), time.monotonic() - started)
+        finally:
+            _stop(proc)
+    (closed, waited), (control, _) = answers["file"], answers["control"]
+    assert closed == (0, {}, b"") and 1 <= waited < 8, (closed, waited)
+    assert control[0] == 408 and control[1]["content-type"] == "text/html", control
+
+
+def _bufsize(conf: str) -> int:
+    """HAProxy's buffer for this file: its tune.bufsize, or HAProxy's default (16384)."""
+    sizes = [int(line.split()[1]) for line in conf.splitlines() if line.strip().startswith("tune.bufsize ")]
+    return sizes[-1] if sizes else 16384
+
+
+# What HAProxy 2.6's HTTP/1 parser refuses before a request exists, each from its own address: (the request, the
+# status). The status is right, the body is HAProxy's built-in HTML page whatever the configuration says:
+# h1_send_error (src/mux_h1.c) copies http_err_msgs[] and reads the proxy's errorfile only to send nothing for an
+# empty one (docs/facts.md, "nginx and HAProxy").
+GATEWAY_PARSER_ERRORS = {
+    "malformed request line": ("GET /v1/models HTTP/1.1 x\r\nHost: x\r\n", 400),
+    "space in a header field name": (f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}Bad Name: 1\r\n", 400),
+    "control character in a header field name": (f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}X\x01y: 1\r\n", 400),
+    "over 101 header fields": (
+        f"GET /v1/models HTTP/1.1\r\nHost: x\r\n{KEYED}" + "".join(f"X-{i}: 1\r\n" for i in range(120)),
+        400,
+    ),
+    "two Content-Length": (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: 1\r\nContent-Length: 2\r\n", 400,
+    ),
+    "unknown Transfer-Encoding": (
+        f"POST /v1/completions HTTP/1.1\r\nHost: x\r\n{KEYED}Transfer-Encoding: gzip\r\n", 400,
+    ),
+    "HTTP/0.9 request line": ("GET /v1/models\r\n", 400),
+    "HTTP/1.0 GET with a body": (f"GET /v1/models HTTP/1.0\r\n{KEYED}Content-Length: 3\r\n", 413),
+}  # fmt: skip
+
+
 def test_haproxy_answers_in_json_once_it_has_read_a_request_and_with_its_own_page_before(tmp_path, gateway, engine):
-    # What HAProxy 2.6's HTTP/1 parser refuses before a request exists (a malformed request line or header field,
-    # header fields over its buffer, a first request not complete in time) it answers with its built-in page,
-    # whatever the file says (docs/facts.md, "nginx and HAProxy"): the status is right, the body is not ours.
+    # A request HAProxy has read gets its errorfile (JSON); what its HTTP/1 parser refuses before a request exists
+    # (GATEWAY_PARSER_ERRORS, header fields over its buffer, a first request not complete in time) gets its built-in
+    # page, whatever the file says (docs/facts.md, "nginx and HAProxy"): pinned here, status and page, so that an
+    # HAProxy that sends the errorfile there too (3.3 does) fails this test and the facts are written again.
     box_cert = gateway["box_dir"] / "tls.crt"
     proc, port = _start_gateway(tmp_path / "gateway", gateway["box_port"], box_cert, {}, edit=_short_request_timeout)
+    over_buffer = "a" * _bufsize((tmp_path / "gateway" / "haproxy.cfg").read_text())
     try:
         body_late = _raw_json(
             port,
             f"POST /v1/completions?probe-gw-late HTTP/1.1\r\nHost: x\r\n{KEYED}Content-Length: 100\r\n\r\nabc".encode(),
         )
         parser = {
-            "malformed request line": _raw(port, _sent("GET /v1/models HTTP/1.1 x\r\nHost: x\r\n"), "127.0.3.1"),
-            "header fields over its buffer": _raw(
-                port, _sent(f"GET /v1/models HTTP/1.1\r\nX: {'a' * 20000}\r\n"), "127.0.3.2"
-            ),
-            "header fields never end": _raw(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n", "127.0.3.3"),
+            case: (_raw(port, _sent(head), f"127.0.3.{n + 10}"), status)
+            for n, (case, (head, status)) in enumerate(GATEWAY_PARSER_ERRORS.items())
         }
+        parser["header fields over its buffer"] = (
+            _raw(port, _sent(f"GET /v1/models HTTP/1.1\r\nX: {over_buffer}\r\n"), "127.0.3.2"),
+            400,
+        )
+        parser["header fields never end"] = (_raw(port, b"GET /v1/models HTTP/1.1\r\nHost: x\r\n", "127.0.3.3"), 408)
         plain = _raw(port, _sent("GET /v1/models HTTP/1.1\r\nHost: x\r\n"), "127.0.3.4", tls=False)
     finally:
         _stop(proc)
     # A body that never comes whole: the request exists, its 408 is ours.
     assert body_late[0] == 408 and _is_openai_error(*body_late, "request_timeout"), body_late
     assert _reached(engine, "probe-gw-late") == []
-    for case, expect in (
-        ("malformed request line", 400),
-        ("header fields over its buffer", 400),
-        ("header fields never end", 408),
-    ):
-        status, headers, body = parser[case]
+    for case, ((status, headers, body), expect) in parser.items():
         assert status == expect and headers["content-type"] == "text/html" and body.startswith(b"<html>"), (
-            case,
-            parser[case],
+            f"{case}: HAProxy's built-in page is no longer what it sends (docs/facts.md, 'nginx and HAProxy')",
+            status,
+            headers,
+            body,
         )
     # Plain HTTP on the TLS port: the handshake fails, the connection closes, nothing comes back.
     assert plain == (0, {}, b""), plain

@@ -195,14 +195,15 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
     assert ciphers.split(":")[0] == "ECDHE-ECDSA-AES128-GCM-SHA256" and "CBC" not in ciphers and ":AES" not in ciphers
     assert f"ssl-default-bind-ciphers {ciphers}" in lines and f"ssl-default-server-ciphers {ciphers}" in lines
     assert "ssl-default-bind-options ssl-min-ver TLSv1.2 no-tls-tickets" in lines
-    # Every error HAProxy answers itself is OpenAI-style JSON: one http-error for each status HAProxy 2.6 takes there
+    # Every error HAProxy answers itself is OpenAI-style JSON: one errorfile for each status HAProxy 2.6 takes there
     # (tests/integration/test_front_door_live.py asks the binary which), and the refusal of a path not normal.
-    answers = [x for x in lines if x.startswith(("http-error status ", "http-request return status "))]
-    assert sorted(int(x.split()[2] if x.startswith("http-error") else x.split()[3]) for x in answers) == [
-        400, 400, 401, 403, 404, 405, 407, 408, 410, 413, 421, 422, 425, 429, 500, 501, 502, 503, 504,
+    errorfiles = [x.split() for x in lines if x.startswith("errorfile ")]
+    assert [int(status) for _, status, _ in errorfiles] == [
+        400, 401, 403, 404, 405, 407, 408, 410, 413, 421, 422, 425, 429, 500, 501, 502, 503, 504,
     ]  # fmt: skip
-    assert next(x for x in answers if x.startswith("http-error status 401 ")).endswith(" hdr WWW-Authenticate Bearer")
-    for line in answers:
+    assert all(path == f"/etc/haproxy/gpubox/errors/{status}.http" for _, status, path in errorfiles)
+    assert not [x for x in lines if x.startswith("http-error ")]
+    for line in (x for x in lines if x.startswith("http-request return status ")):
         assert "content-type application/json string " in line, line
         body = json.loads(re.search(r' string "((?:[^"\\]|\\.)*)"', line).group(1).replace('\\"', '"'))
         assert set(body["error"]) == {"message", "type", "code"}, line
@@ -224,6 +225,29 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
     written = "http-request set-header X-Forwarded-For %[src] unless { src 127.0.0.1 ::1 ::ffff:127.0.0.1 }"
     assert frontend.index("http-request del-header X-Forwarded-For") < frontend.index(written)
     assert "option forwardfor" not in frontend
+
+
+def test_each_errorfile_is_a_raw_http_response_whose_body_is_openai_json():
+    # templates/gpubox-error.http.j2 for each of __llm_gateway_errors, as the role's template task writes it (the
+    # same templar; harness/live_proxies.py writes the gateway's on loopback from it too). haproxy -c refuses a file
+    # whose Content-Length is not its body's.
+    from ansible.template import trust_as_template
+
+    templar, variables = gateway_templar()
+    text = (ROOT / "roles/llm_gateway/templates/gpubox-error.http.j2").read_text()
+    errors = templar.template(variables["__llm_gateway_errors"])
+    listed = [int(x.split()[1]) for x in render("haproxy.cfg.j2") if x.startswith("errorfile ")]
+    assert [error["status"] for error in errors] == listed
+    for error in errors:
+        one = templar.copy_with_new_env(available_variables={**variables, "item": error})
+        raw = one.template(trust_as_template(text))
+        head, _, body = raw.partition("\n\n")
+        status_line, *fields = head.split("\n")
+        headers = dict(field.split(": ", 1) for field in fields)
+        assert status_line == f"HTTP/1.1 {error['status']} {error['reason']}", raw
+        assert headers["Content-Type"] == "application/json" and headers["Content-Length"] == str(len(body.encode()))
+        assert json.loads(body) == {"error": {key: error[key] for key in ("message", "type", "code")}}, raw
+        assert headers.get("WWW-Authenticate") == ("Bearer" if error["status"] == 401 else None), raw
 
 
 def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_states():
