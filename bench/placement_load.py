@@ -3,7 +3,7 @@
 
     python bench/placement_load.py [--seconds 20] [--warmup 5] [--clients 24] [--tokens 16-48] [--ttft-ms 50]
                                    [--itl-ms 20] [--prefill-ms-per-token 0.2] [--cache-blocks 160]
-                                   [--system-prompts 12] [--system-words 500] [--policies NAME,...]
+                                   [--system-prompts 12] [--system-words 500] [--policies NAME,...] [--seeds 47,...]
                                    [--workloads shared-prompts,multi-turn] [--out bench/placement-load.json]
     python bench/placement_load.py --real-engine [--out-real bench/placement-real-engine.json]
 
@@ -19,8 +19,10 @@ stream after the last), with two workloads:
   multi-turn      each client holds one chat at a time (its session: the chat's id), a short system prompt
                   shared by all, then turn by turn its user messages (20-60 words) and the answers it got; a
                   chat ends after 4-10 turns and the client starts another.
-Each workload runs once per policy, the boxes' caches emptied before (vLLM's POST /reset_prefix_cache), same
-seed, one after the other in one run. Policies:
+Each workload runs once per policy and --seeds draw, the boxes' caches emptied before (vLLM's POST
+/reset_prefix_cache), the same draws for every policy, one after the other in one run; a draw (the seed) sets the
+prompts' texts and the session names, so where a hash puts them: with a dozen keys over three boxes one draw can be
+lucky or not, so more draws show the spread. Policies:
   round-robin    the gateway (HAProxy with roles/llm_gateway's file) with llm_gateway_placement: round-robin;
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
   prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
@@ -36,7 +38,7 @@ from each box's /metrics, as the real engine's are read), TTFT p50/p99 at the cl
 vllm:num_requests_running, sampled each second) and the busiest box over the mean (the bound: 1.25).
 The gateway's rendered file is checked to hold the policy's balance line, so that a knob the role does not
 know yet cannot pass for a policy. --real-engine instead starts vLLM 0.32 for CPUs (~/.cache/gpubox/
-vllm032-venv, tests/vllm032) with the tiny test model, sends one prompt twice and reads the same counters.
+vllm032-venv, made by `make engines`) with the tiny test model, sends one prompt twice and reads the same counters.
 What is real: nginx, HAProxy and vllm-router with their own files, the fleet's client. What is not: the engine
 (a stand-in with a fixed pace, whose prefix cache is a model) and three boxes sharing two cores with the client.
 """
@@ -145,7 +147,7 @@ def text(rng: random.Random, words: int, tag: str) -> str:
 class SharedPrompts(stream_load.Load):
     def __init__(self, args: argparse.Namespace, key: str) -> None:
         super().__init__(args, key)
-        apps = random.Random(47)
+        apps = random.Random(args.seed)
         self.prompts = [
             f"Application {k}. " + text(apps, args.system_words, f"a{k}w") for k in range(args.system_prompts)
         ]
@@ -156,7 +158,7 @@ class SharedPrompts(stream_load.Load):
             {"role": "system", "content": self.prompts[n % len(self.prompts)]},
             {"role": "user", "content": question},
         ]
-        return f"user-{n}", messages
+        return f"user-{self.args.seed}-{n}", messages
 
 
 class MultiTurn(stream_load.Load):
@@ -169,7 +171,12 @@ class MultiTurn(stream_load.Load):
         if chat is None or chat["turns"] == chat["length"]:
             count = (chat or {}).get("count", -1) + 1
             opening = [{"role": "system", "content": SHARED_SYSTEM}]
-            chat = {"id": f"chat-{n}-{count}", "count": count, "turns": 0, "length": rng.randint(4, 10)}
+            chat = {
+                "id": f"chat-{self.args.seed}-{n}-{count}",
+                "count": count,
+                "turns": 0,
+                "length": rng.randint(4, 10),
+            }
             chat = self.chats[n] = {**chat, "messages": opening}
         chat["messages"].append({"role": "user", "content": text(rng, rng.randint(20, 60), "u")})
         chat["turns"] += 1
@@ -184,7 +191,7 @@ class MultiTurn(stream_load.Load):
             chat["turns"] -= 1
 
 
-def run_load(args, workload: str, port: int, ca: Path | None, tmp: Path, engines: dict[str, int]) -> dict:
+def run_load(args, workload: str, seed: int, port: int, ca: Path | None, tmp: Path, engines: dict[str, int]) -> dict:
     out, samples, stop = tmp / "load.jsonl", tmp / "samples.jsonl", tmp / "stop"
     for path in (out, samples, stop):
         path.unlink(missing_ok=True)
@@ -192,7 +199,7 @@ def run_load(args, workload: str, port: int, ca: Path | None, tmp: Path, engines
         urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{engine}/reset_prefix_cache", method="POST"))
     load_args = argparse.Namespace(
         ca=str(ca) if ca else None, out=str(out), samples=str(samples), stop=str(stop), host="127.0.0.1", port=port,
-        clients=args.clients, tokens=args.tokens, hot_clients=0, sessions=1, seed=47, session_prefix="",
+        clients=args.clients, tokens=args.tokens, hot_clients=0, sessions=1, seed=seed, session_prefix="",
         system_prompts=args.system_prompts, system_words=args.system_words,
     )  # fmt: skip
     load = (SharedPrompts if workload == "shared-prompts" else MultiTurn)(load_args, live_proxies.GATEWAY_KEY)
@@ -207,6 +214,17 @@ def run_load(args, workload: str, port: int, ca: Path | None, tmp: Path, engines
         timer.cancel()
         last = sampler.stop()
     return figures(stream_load.read_jsonl(str(out)), sampler.samples, last, started + args.warmup)
+
+
+def summary(draws: list[dict]) -> dict:
+    """The first draw's figures; with more draws, each one's headline figures too, and the mean hit rate."""
+    out = dict(draws[0])
+    if len(draws) > 1:
+        keys = ("seed", "hit_rate", "ttft_p50_ms", "ttft_p99_ms", "busiest_over_mean")
+        out["draws"] = [{k: d[k] for k in keys} for d in draws]
+        rates = [d["hit_rate"] for d in draws if d["hit_rate"] is not None]
+        out["hit_rate_mean"] = round(statistics.fmean(rates), 3) if rates else None
+    return out
 
 
 def figures(lines: list[dict], samples: list[dict[str, dict]], last: dict[str, dict], start: float) -> dict:
@@ -295,7 +313,7 @@ def real_engine(out: Path) -> int:
     """vLLM 0.32 for CPUs with the tiny model: one prompt twice, the counters read as the bench reads the boxes'."""
     python = VLLM_VENV / "bin" / "python"
     if not python.exists() or not TINY_MODEL.is_dir():
-        print(f"placement_load: needs {python} (make vllm032) and {TINY_MODEL}", file=sys.stderr)
+        print(f"placement_load: needs {python} (make engines) and {TINY_MODEL}", file=sys.stderr)
         return 2
     port = live_proxies.free_port()
     log = Path(tempfile.mkdtemp(prefix="gpubox-real-engine.")) / "vllm.log"
@@ -376,6 +394,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--system-prompts", type=int, default=12)
     parser.add_argument("--system-words", type=int, default=500)
     parser.add_argument("--policies", default=DEFAULT_POLICIES)
+    parser.add_argument(
+        "--seeds", default="47", help="the workload's draws (prompts, names: where the hash puts them), comma-separated"
+    )
     parser.add_argument("--workloads", default=",".join(WORKLOADS))
     parser.add_argument("--out", default=str(ROOT / "bench" / "placement-load.json"))
     parser.add_argument("--real-engine", action="store_true", help="only the check of the real engine's counters")
@@ -387,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [name.strip() for name in args.workloads.split(",") if name.strip()]
     if unknown := [name for name in policies if name not in POLICIES]:
         parser.error(f"--policies: unknown {unknown}; known: {list(POLICIES)}")
+    try:
+        seeds = [int(seed) for seed in args.seeds.split(",") if seed.strip()]
+    except ValueError:
+        parser.error(f"--seeds: integers separated by commas, not {args.seeds!r}")
+    if not seeds:
+        parser.error("--seeds: at least one")
     if unknown := [name for name in workloads if name not in WORKLOADS]:
         parser.error(f"--workloads: unknown {unknown}; known: {list(WORKLOADS)}")
     if args.cache_blocks < 1 or args.system_prompts < 1 or args.clients < 1:
@@ -413,20 +440,23 @@ def main(argv: list[str] | None = None) -> int:
             boxes.append((name, front_port, box_dir / "tls.crt"))
         for policy in policies:
             for workload in workloads:
-                path_dir = tmp / f"{policy}-{workload}"
-                path_dir.mkdir()
-                if "router" in POLICIES[policy]:
-                    proc, port = start_router(policy, boxes, path_dir)
-                    ca = None
-                else:
-                    proc, port = start_gateway(path_dir, policy, boxes)
-                    ca = path_dir / "tls.pem"
-                    time.sleep(1.5)  # the first health checks mark the boxes up
-                try:
-                    results[workload][policy] = run_load(args, workload, port, ca, tmp, engines)
-                finally:
-                    live_proxies.stop(proc)
-                print(f"{workload:15} {policy:15} {json.dumps(results[workload][policy])}", flush=True)
+                draws = []
+                for seed in seeds:  # each a new gateway or router: nothing of the last draw stays
+                    path_dir = tmp / f"{policy}-{workload}-{seed}"
+                    path_dir.mkdir()
+                    if "router" in POLICIES[policy]:
+                        proc, port = start_router(policy, boxes, path_dir)
+                        ca = None
+                    else:
+                        proc, port = start_gateway(path_dir, policy, boxes)
+                        ca = path_dir / "tls.pem"
+                        time.sleep(1.5)  # the first health checks mark the boxes up
+                    try:
+                        draws.append({"seed": seed, **run_load(args, workload, seed, port, ca, tmp, engines)})
+                    finally:
+                        live_proxies.stop(proc)
+                    print(f"{workload:15} {policy:17} {json.dumps(draws[-1])}", flush=True)
+                results[workload][policy] = summary(draws)
     except live_proxies.Missing as exc:
         print(f"placement_load: {exc}", file=sys.stderr)
         return 2
@@ -442,7 +472,8 @@ def main(argv: list[str] | None = None) -> int:
         "vllm_router": ROUTER_VERSION if any("router" in POLICIES[p] for p in policies) else None,
         "load": {
             k: getattr(args, k) for k in ("seconds", "warmup", "clients", "tokens", "system_prompts", "system_words")
-        },
+        }
+        | {"seeds": seeds},
         "stand_in": {k: getattr(args, k) for k in ("ttft_ms", "itl_ms", "prefill_ms_per_token", "cache_blocks")}
         | {"block_size": 16},
         "results": results,

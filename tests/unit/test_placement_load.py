@@ -87,3 +87,24 @@ def test_the_section_is_replaced_alone_and_added_once(tmp_path: Path) -> None:
     once = bench.replace_section(before, bench.PLACEMENT_HEADING, section, "# make test: time per scenario")
     assert once.count(bench.PLACEMENT_HEADING) == 1 and "kept\n" in once and once.endswith("kept too\n")
     assert bench.replace_section(once, bench.PLACEMENT_HEADING, section, "# make test: time per scenario") == once
+
+
+def test_with_several_draws_the_goal_takes_their_mean_and_every_draws_busiest_box(tmp_path: Path) -> None:
+    data = record(0.9, 1.2)
+    data["load"]["seeds"] = [47, 48]
+    shared = data["results"]["shared-prompts"]
+    shared["session-hash"] |= {"draws": [{"hit_rate": 0.4, "busiest_over_mean": 1.1}] * 2, "hit_rate_mean": 0.4}
+    shared["prefix-aware"] |= {
+        "draws": [{"hit_rate": 0.9, "busiest_over_mean": 1.2}, {"hit_rate": 0.5, "busiest_over_mean": 1.2}],
+        "hit_rate_mean": 0.7,
+    }
+    path = tmp_path / "placement-load.json"
+    path.write_text(json.dumps(data))
+    text = bench.placement_load_report(path, tmp_path / "none.json")
+    assert "| prefix-aware | 100 | 0 | 0.90 | 60.00 | 90.00 | 1.20 | 0.90 (1.20), 0.50 (1.20); 0.70 |" in text
+    assert "NOT met (1.75x" in text  # the first draw alone (0.9) would meet it
+    shared["prefix-aware"]["draws"][1]["busiest_over_mean"] = 1.3
+    shared["prefix-aware"]["draws"][1]["hit_rate"] = 0.9
+    shared["prefix-aware"]["hit_rate_mean"] = 0.9
+    path.write_text(json.dumps(data))
+    assert "NOT met (2.25x" in bench.placement_load_report(path, tmp_path / "none.json")  # the second draw's box
