@@ -594,11 +594,14 @@ def affinity_load_report(path: Path = AFFINITY_LOAD) -> str:
 
 PLACEMENT_LOAD = ROOT / "bench" / "placement-load.json"
 PLACEMENT_REAL_ENGINE = ROOT / "bench" / "placement-real-engine.json"
+PLACEMENT_DRAWS = ROOT / "bench" / "placement-draws.json"  # the same bench, more draws of fewer policies
 PLACEMENT_HEADING = "# Placement inside a pool against the prefix cache"
 PLACEMENT_HIT_GOAL, PLACEMENT_BOUND = 2.0, 1.25  # issue 47: prefix-aware / session-hash hit rate; busiest / mean
 
 
-def placement_load_report(path: Path = PLACEMENT_LOAD, real: Path = PLACEMENT_REAL_ENGINE) -> str:
+def placement_load_report(
+    path: Path = PLACEMENT_LOAD, real: Path = PLACEMENT_REAL_ENGINE, more: Path = PLACEMENT_DRAWS
+) -> str:
     """bench/placement_load.py's run of record: hit rate, TTFT and balance per placement policy and workload."""
     lines = ["", f"{PLACEMENT_HEADING} (bench/placement_load.py)", ""]
     if not path.is_file():
@@ -665,6 +668,8 @@ def placement_load_report(path: Path = PLACEMENT_LOAD, real: Path = PLACEMENT_RE
             f" prefix-aware's busiest / mean at most {busiest:.3f} over both workloads{over_draws}).",
             "",
         ]
+    if more.is_file():
+        lines += placement_draws_lines(json.loads(more.read_text()))
     if real.is_file():
         engine = json.loads(real.read_text())
         rounds = "; ".join(
@@ -678,6 +683,24 @@ def placement_load_report(path: Path = PLACEMENT_LOAD, real: Path = PLACEMENT_RE
             "",
         ]
     return "\n".join(lines)
+
+
+def placement_draws_lines(data: dict) -> list[str]:
+    """A second run of bench/placement_load.py with several draws: each draw's hit rate and busiest box per policy."""
+    seeds = data["load"].get("seeds", [])
+    lines = [
+        f"Draws (`{data['command']}`, {data['when']}, the same settings but {data['load']['seconds']:g} s per load):"
+        f" seeds {', '.join(map(str, seeds))}, each the prompts' texts and session names, so where a hash puts them.",
+        "",
+        "| workload | policy | hit rate per draw (busiest / mean) | mean hit rate |",
+        "|---|---|---|---:|",
+    ]
+    for workload, policies in data["results"].items():
+        for name, r in policies.items():
+            draws = r.get("draws", [r])
+            each = ", ".join(f"{fmt(d['hit_rate'])} ({fmt(d['busiest_over_mean'])})" for d in draws)
+            lines.append(f"| {workload} | {name} | {each} | {fmt(r.get('hit_rate_mean', r['hit_rate']))} |")
+    return [*lines, ""]
 
 
 def replace_section(text: str, heading: str, section: str, before: str) -> str:

@@ -70,20 +70,20 @@ def record(prefix_hit: float, busiest: float) -> dict:
 def test_the_section_tables_each_policy_and_says_whether_the_goal_is_met(tmp_path: Path) -> None:
     path = tmp_path / "placement-load.json"
     path.write_text(json.dumps(record(0.9, 1.2)))
-    text = bench.placement_load_report(path, tmp_path / "none.json")
+    text = bench.placement_load_report(path, tmp_path / "none.json", tmp_path / "none.json")
     assert "| session-hash | 100 | 0 | 0.40 | 60.00 | 90.00 | 1.10 |" in text
     assert "| prefix-aware | 100 | 0 | 0.90 | 60.00 | 90.00 | 1.20 |" in text
     assert "met (2.25x" in text and "NOT met" not in text
     # controls: too few hits, or a box over the bound
     path.write_text(json.dumps(record(0.7, 1.2)))
-    assert "NOT met (1.75x" in bench.placement_load_report(path, tmp_path / "none.json")
+    assert "NOT met (1.75x" in bench.placement_load_report(path, tmp_path / "none.json", tmp_path / "none.json")
     path.write_text(json.dumps(record(0.9, 1.3)))
-    assert "NOT met (2.25x" in bench.placement_load_report(path, tmp_path / "none.json")
+    assert "NOT met (2.25x" in bench.placement_load_report(path, tmp_path / "none.json", tmp_path / "none.json")
 
 
 def test_the_section_is_replaced_alone_and_added_once(tmp_path: Path) -> None:
     before = "# A\nkept\n\n# make test: time per scenario and phase\nkept too\n"
-    section = bench.placement_load_report(tmp_path / "none.json", tmp_path / "none.json")
+    section = bench.placement_load_report(tmp_path / "none.json", tmp_path / "none.json", tmp_path / "none.json")
     once = bench.replace_section(before, bench.PLACEMENT_HEADING, section, "# make test: time per scenario")
     assert once.count(bench.PLACEMENT_HEADING) == 1 and "kept\n" in once and once.endswith("kept too\n")
     assert bench.replace_section(once, bench.PLACEMENT_HEADING, section, "# make test: time per scenario") == once
@@ -100,11 +100,29 @@ def test_with_several_draws_the_goal_takes_their_mean_and_every_draws_busiest_bo
     }
     path = tmp_path / "placement-load.json"
     path.write_text(json.dumps(data))
-    text = bench.placement_load_report(path, tmp_path / "none.json")
+    text = bench.placement_load_report(path, tmp_path / "none.json", tmp_path / "none.json")
     assert "| prefix-aware | 100 | 0 | 0.90 | 60.00 | 90.00 | 1.20 | 0.90 (1.20), 0.50 (1.20); 0.70 |" in text
     assert "NOT met (1.75x" in text  # the first draw alone (0.9) would meet it
     shared["prefix-aware"]["draws"][1]["busiest_over_mean"] = 1.3
     shared["prefix-aware"]["draws"][1]["hit_rate"] = 0.9
     shared["prefix-aware"]["hit_rate_mean"] = 0.9
     path.write_text(json.dumps(data))
-    assert "NOT met (2.25x" in bench.placement_load_report(path, tmp_path / "none.json")  # the second draw's box
+    assert "NOT met (2.25x" in bench.placement_load_report(
+        path, tmp_path / "none.json", tmp_path / "none.json"
+    )  # the second draw's box
+
+
+def test_a_second_run_of_draws_is_tabled_under_the_first(tmp_path: Path) -> None:
+    data = record(0.9, 1.2)
+    data["load"]["seeds"] = [48, 49]
+    data["results"]["shared-prompts"]["prefix-aware"] |= {
+        "draws": [{"hit_rate": 0.9, "busiest_over_mean": 1.2}, {"hit_rate": 0.5, "busiest_over_mean": 1.3}],
+        "hit_rate_mean": 0.7,
+    }
+    (tmp_path / "main.json").write_text(json.dumps(record(0.9, 1.2)))
+    (tmp_path / "draws.json").write_text(json.dumps(data))
+    text = bench.placement_load_report(tmp_path / "main.json", tmp_path / "none.json", tmp_path / "draws.json")
+    assert "seeds 48, 49" in text
+    assert "| shared-prompts | prefix-aware | 0.90 (1.20), 0.50 (1.30) | 0.70 |" in text
+    assert "| shared-prompts | session-hash | 0.40 (1.10) | 0.40 |" in text
+    assert "met (2.25x" in text  # the goal stays the main run's
