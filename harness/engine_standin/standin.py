@@ -64,12 +64,13 @@ class PrefixCache:
     What it keeps of vLLM's: a prompt is cut into blocks of ``block_size`` tokens (vLLM 0.32: 16); a full
     block's hash chains the parent block's hash with the block's tokens, so that a block matches only after the
     same whole prefix; a request hits the longest run of leading blocks cached, and at most ``len(tokens) - 1``
-    tokens (vLLM computes the last prompt token again for its logits); its full blocks are then cached. The pool
+    tokens (vLLM computes the last prompt token again for its logits); its full blocks are then cached, and once
+    it is answered those of prompt and answer (store(): vLLM caches the blocks its output fills as well). The pool
     holds ``capacity`` blocks per box; when full, the least recently used block goes first, and of one request's
     blocks its later ones before its earlier ones (vLLM frees a request's blocks tail first). Counted as vLLM
     counts them: queries = prompt tokens, hits = cached tokens, per request.
 
-    What it does not: tokens are whatever the caller gives (the stand-in: words of the text, see tokens());
+    What it does not: tokens are whatever the caller gives (the stand-in: words of the text, see prompt_words());
     blocks held by running requests are evictable here, as is the partial last block (never cached); the
     hash is Python's hash() of the tuple (vLLM: sha256 by default), unique enough for a bench.
     """
@@ -101,12 +102,16 @@ class PrefixCache:
         hit = min(cached * self.block_size, max(len(tokens) - 1, 0))
         self.queries += len(tokens)
         self.hits += hit
-        for block in reversed(hashes):  # the first block touched last: the tail is evicted first
+        self.store(tokens, hashes)
+        return hit
+
+    def store(self, tokens: list, hashes: list[int] | None = None) -> None:
+        """Cache the full blocks of ``tokens`` (a prompt, or a prompt and its answer), uncounted."""
+        for block in reversed(self.hashes(tokens) if hashes is None else hashes):  # the tail is evicted first
             self.blocks[block] = None
             self.blocks.move_to_end(block)
         while len(self.blocks) > self.capacity:
             self.blocks.popitem(last=False)
-        return hit
 
     def reset(self) -> None:
         self.blocks.clear()
@@ -114,7 +119,8 @@ class PrefixCache:
 
 def prompt_words(chat: bool, request: dict) -> list[str]:
     """The prompt's tokens for the prefix cache model: words (whitespace-separated) of the text as sent; a chat's
-    messages each begin with a token naming the role, as a chat template's markers do."""
+    messages each begin with a token naming the role, as a chat template's markers do, and the prompt ends with the
+    assistant's (the generation prompt), so that a next turn that sends the answer back begins with prompt + answer."""
     if not chat:
         return str(request.get("prompt", "")).split()
     out: list[str] = []
@@ -122,7 +128,7 @@ def prompt_words(chat: bool, request: dict) -> list[str]:
     for message in messages if isinstance(messages, list) else []:
         if isinstance(message, dict):
             out += [f"<|{message.get('role', '')}|>", *str(message.get("content", "")).split()]
-    return out
+    return [*out, "<|assistant|>"]
 
 
 class Stats:
@@ -300,6 +306,8 @@ class Engine:
                 await self.send_json(writer, 200, payload, keep)
             self.stats.generation_tokens += tokens
             finished = "length"
+            if self.stats.cache is not None:  # vLLM caches the blocks its answer filled too
+                self.stats.cache.store(words + ["tok"] * tokens)
         finally:
             self.stats.running -= 1
             self.stats.requests[finished] += 1

@@ -81,7 +81,10 @@ def test_reset_empties_it_and_bad_sizes_are_refused() -> None:
 
 def test_chat_tokens_mark_each_role() -> None:
     request = {"messages": [{"role": "system", "content": "be brief"}, {"role": "user", "content": "hi there"}]}
-    assert standin.prompt_words(True, request) == ["<|system|>", "be", "brief", "<|user|>", "hi", "there"]
+    # the prompt ends with the generation prompt, the assistant's marker
+    assert standin.prompt_words(True, request) == [
+        "<|system|>", "be", "brief", "<|user|>", "hi", "there", "<|assistant|>"
+    ]  # fmt: skip
     assert standin.prompt_words(False, {"prompt": "a b  c"}) == ["a", "b", "c"]
 
 
@@ -99,7 +102,8 @@ class Sink:
 
 
 def serve(argv: list[str], requests: list[dict]) -> tuple[list[float], str]:
-    """The stand-in's engine with ``argv``: each chat request answered (not streamed), its wall time; then /metrics."""
+    """The stand-in's engine with ``argv``: each chat request answered (not streamed; 1 token unless it asks),
+    its wall time; then /metrics."""
     engine = standin.Engine(standin.parse(["--ttft-ms", "1", "--itl-ms", "0", *argv]))
     times = []
 
@@ -107,7 +111,7 @@ def serve(argv: list[str], requests: list[dict]) -> tuple[list[float], str]:
         loop = asyncio.get_running_loop()
         for request in requests:
             started = loop.time()
-            await engine.generate(Sink(), True, {**request, "max_tokens": 1}, True)
+            await engine.generate(Sink(), True, {"max_tokens": 1, **request}, True)
             times.append(loop.time() - started)
         sink = Sink()
         await engine.route(sink, "GET", "/metrics", {}, b"", True)
@@ -117,13 +121,13 @@ def serve(argv: list[str], requests: list[dict]) -> tuple[list[float], str]:
 
 
 def test_the_uncached_prefill_sets_the_ttft_and_vllms_counters_show_it() -> None:
-    long = {"messages": [{"role": "system", "content": " ".join(words("s", 799))}]}  # 800 tokens with the role
+    long = {"messages": [{"role": "system", "content": " ".join(words("s", 799))}]}  # 801 with the two markers
     times, metrics = serve(["--prefix-cache-blocks", "100", "--prefill-ms-per-token", "0.1"], [long, long])
-    assert times[0] >= 0.080  # 800 uncached tokens at 0.1 ms
+    assert times[0] >= 0.080  # 801 uncached tokens at 0.1 ms
     assert times[1] < 0.030  # all but the last token cached
     queries = re.search(r'^vllm:prefix_cache_queries_total\{engine="0",model_name="tiny"\} (\d+)$', metrics, re.M)
     hits = re.search(r'^vllm:prefix_cache_hits_total\{engine="0",model_name="tiny"\} (\d+)$', metrics, re.M)
-    assert queries and hits and (int(queries[1]), int(hits[1])) == (1600, 799)
+    assert queries and hits and (int(queries[1]), int(hits[1])) == (1602, 800)
 
 
 def test_off_by_default_the_pace_is_the_base_ttft_alone_and_no_counters() -> None:
@@ -136,3 +140,13 @@ def test_bad_cache_flags_are_refused_by_name(capsys: pytest.CaptureFixture[str])
     with pytest.raises(SystemExit):
         standin.parse(["--prefix-cache-blocks", "-1"])
     assert "--prefix-cache-blocks must be 0 (off) or more" in capsys.readouterr().err
+
+
+def test_the_next_turn_finds_the_answer_cached() -> None:
+    turn = {"messages": [{"role": "user", "content": " ".join(words("u", 40))}]}
+    answer = {"role": "assistant", "content": " ".join(["tok"] * 40)}
+    follow_up = {"messages": [*turn["messages"], answer, {"role": "user", "content": "and then?"}]}
+    _, metrics = serve(["--prefix-cache-blocks", "100"], [{**turn, "max_tokens": 40}, follow_up])
+    # the first prompt: 42 tokens (2 blocks); prompt + answer: 82 (5 blocks), all five found by the next turn
+    hits = re.search(r"^vllm:prefix_cache_hits_total\{[^}]*\} (\d+)$", metrics, re.M)
+    assert hits and int(hits[1]) == 80
