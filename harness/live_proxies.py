@@ -20,6 +20,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gateway_pools
 from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -274,13 +275,19 @@ def start_gateway(
     knobs: dict,
     log: Path | None = None,
     boxes: list[tuple[str, int, Path]] | None = None,
-    keys: list[str] | None = None,
+    keys: list[str] | list[tuple[str, str]] | None = None,
     edit: Callable[[str], str] | None = None,
+    pools: dict[str, str] | None = None,
+    tenant_models: dict[str, list[str] | None] | None = None,
+    body_max_bytes: int = 4 << 20,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
-    ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts (its pattern file;
-    [GATEWAY_KEY] when not given); ``edit``: a change to the rendered file, for a test that shows what the file's
-    own setting prevents.
+    ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts, each a key (tenant
+    "default") or (key, tenant) ([GATEWAY_KEY] when not given); ``pools``: {box: the model it serves} ("tiny" for a
+    box not named); ``tenant_models``: {tenant: the models it may use, None for all} (all when not named); the
+    pools, grants and key map are what roles/llm_gateway computes from the boxes' facts (module_utils/
+    gateway_pools.py); ``edit``: a change to the rendered file, for a test that shows what the file's own setting
+    prevents.
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
     it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
     haproxy = haproxy_binary()
@@ -288,11 +295,25 @@ def start_gateway(
     cert, key = self_signed(tmp)
     (tmp / "tls.pem").write_bytes(cert.read_bytes())
     (tmp / "tls.pem.key").write_bytes(key.read_bytes())
-    (tmp / "keys.lst").write_text("".join(key + "\n" for key in keys or [GATEWAY_KEY]))
+    pairs = [(k, "default") if isinstance(k, str) else tuple(k) for k in keys or [GATEWAY_KEY]]
+    key_text = "".join(f"{key} {tenant}\n" for key, tenant in pairs)
     boxes = boxes or [("localhost", box_port, box_cert)]
     for name, _, crt in boxes:
         (tmp / f"{name}.crt").write_bytes(crt.read_bytes())
     errors = write_gateway_errors(tmp / "errors")
+    tenants = [
+        {"name": t, "models": (tenant_models or {}).get(t), "body_max_bytes": body_max_bytes}
+        for t in sorted({tenant for _, tenant in pairs})
+    ]
+    facts = {
+        name: {"served_model_name": (pools or {}).get(name, "tiny"), "model_id": "gpubox-test/tiny",
+               "model_commit": "0" * 40, "stack": "pinned", "port": p, "tenants": tenants}
+        for name, p, _ in boxes
+    }  # fmt: skip
+    plan = gateway_pools.pools(facts, {name: key_text for name in facts}, {name: "127.0.0.1" for name in facts})
+    assert not plan["problems"], plan["problems"]
+    (tmp / "keys.lst").write_text(plan["key_map"])
+    (tmp / "gpubox_route.lua").write_bytes((ROOT / "roles" / "llm_gateway" / "files" / "gpubox_route.lua").read_bytes())
 
     def launch(port: int) -> subprocess.Popen:
         conf = render(
@@ -301,7 +322,10 @@ def start_gateway(
                 "llm_gateway_port": port,
                 "llm_gateway_bind_address": "127.0.0.1",
                 "llm_gateway_check_interval_ms": 200,
-                "__llm_gateway_servers": [{"name": name, "address": "127.0.0.1", "port": p} for name, p, _ in boxes],
+                "__llm_gateway_servers": plan["servers"],
+                "__llm_gateway_plan": plan,
+                "__llm_gateway_max_body_bytes": body_max_bytes,
+                "__llm_gateway_lua": str(tmp / "gpubox_route.lua"),
                 "__llm_gateway_cert": str(tmp / "tls.pem"),
                 "__llm_gateway_keys_file": str(tmp / "keys.lst"),
                 "__llm_gateway_backend_ca_dir": str(tmp),

@@ -419,9 +419,10 @@ ROWS: tuple[Row, ...] = (
     Row(
         "gpubox_tenants",
         "list",
-        "Who may call the API: a list of {name, keys (from Ansible Vault), requests_per_s, burst, streams, body_max}; "
-        "the front door refuses (401) any other key and limits each tenant apart. [] = one tenant, default, whose key "
-        "is gpubox_api_key.",
+        "Who may call the API: a list of {name, keys (from Ansible Vault), requests_per_s, burst, streams, body_max, "
+        "models}; the front door refuses (401) any other key and limits each tenant apart; models (served model "
+        "names; left out: every model) is what the tenant may use, at the gateway and at each box. [] = one tenant, "
+        "default, whose key is gpubox_api_key.",
         default=[],
         doc_type="list of dict, secret",
         elements="dict",
@@ -430,9 +431,9 @@ ROWS: tuple[Row, ...] = (
         hint="use [] (one tenant, default, with gpubox_api_key) or list your tenants",
         secret=True,
         comment="Tenants of the front door (plugins/module_utils/tenants.py): each {name, keys, requests_per_s, burst, "
-        "streams,\nbody_max}, its keys from Ansible Vault; limits left out take the defaults (20/s, burst 40, 256 "
-        "streams, 4m).\n[] = one tenant, default, whose key is gpubox_api_key. Rotate a key: add the new one, "
-        "converge, retire the old one,\nconverge (each a reload that drops no stream).",
+        "streams,\nbody_max, models}, its keys from Ansible Vault; limits left out take the defaults (20/s, burst 40, "
+        "256 streams, 4m);\nmodels left out: every model.\n[] = one tenant, default, whose key is gpubox_api_key. "
+        "Rotate a key: add the new one, converge, retire the old one,\nconverge (each a reload that drops no stream).",
     ),
     Row(
         "gpubox_model_root",

@@ -35,11 +35,15 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("unit_state", "vllm unit"),
     ("unit_restarts", "NRestarts"),
     ("gpu_health", "GPU health"),
+    ("gateway", "gateway"),
 )
+# Fields that say where a box stands rather than what it runs: shown, never compared with the majority (a box in
+# maintenance, playbooks/maintenance.yml, is not drift).
+NOT_COMPARED = frozenset({"gateway"})
 FIELD_NAMES = tuple(field[0] for field in FIELDS)
 # Columns shown whole: the GPU column is read for its problems ("healthy (but: kernel log unreadable since ...)",
 # "unhealthy: Xid 79 on ..."), which a shortened cell would cut out.
-WHOLE = frozenset({"gpu_health"})
+WHOLE = frozenset({"gpu_health", "gateway"})
 
 
 def _norm(value: Any) -> Any:
@@ -61,13 +65,16 @@ def majority(values: list[Any]) -> Any:
 
 
 def _majorities(rows: Mapping[str, Mapping[str, Any]], hosts: list[str]) -> dict[str, Any]:
-    return {f: majority([rows[h].get(f) for h in hosts]) for f in FIELD_NAMES} if len(hosts) > 1 else {}
+    if len(hosts) < 2:
+        return {}
+    return {f: majority([rows[h].get(f) for h in hosts]) for f in FIELD_NAMES if f not in NOT_COMPARED}
 
 
 def compare(
     rows: Mapping[str, Mapping[str, Any]],
     desired: Mapping[str, Mapping[str, Any]] | None = None,
     peers: Mapping[str, Any] | None = None,
+    maintenance: list[Mapping[str, Any]] | None = None,
 ) -> dict:
     """Per box and field: the value and the reasons it drifts; plus the majority and a flat list.
 
@@ -79,6 +86,14 @@ def compare(
     if peers is not None and not isinstance(peers, Mapping):
         raise TypeError("peers must map each box to its peer group's name")
     desired = desired or {}
+    if maintenance is not None:  # None: no gateway was read, the column stays empty
+        held = {str(m.get("box")): m for m in maintenance if isinstance(m, Mapping)}
+        rows = {
+            h: {**row, "gateway": _maintenance_cell(held[h]) if h in held else "in its pool"}
+            if isinstance(row, Mapping)
+            else row
+            for h, row in rows.items()
+        }
     hosts = sorted(rows)
     group_of = {h: str(peers.get(h, h)) if peers is not None else "" for h in hosts}
     groups: dict[str, list[str]] = {}
@@ -109,6 +124,11 @@ def compare(
             report["drift"].extend(f"{host}: {field} is {value}: {r}" for r in reasons)
         report["hosts"][host] = out
     return report
+
+
+def _maintenance_cell(entry: Mapping[str, Any]) -> str:
+    reason = str(entry.get("reason") or "").strip()
+    return f"in maintenance since {entry.get('since', '?')}" + (f" ({reason})" if reason else "")
 
 
 def _cell(cell: Mapping[str, Any], whole: bool = False) -> str:

@@ -1,7 +1,9 @@
 """The tenants of a box's front door: who may call the API, with which keys, within which limits.
 
 ``gpubox_tenants`` (the inventory, its keys from Ansible Vault) is a list of tenants, each
-``{name, keys, requests_per_s, burst, streams, body_max}``; the limits may be left out (DEFAULTS).
+``{name, keys, requests_per_s, burst, streams, body_max, models}``; the limits may be left out (DEFAULTS), and
+``models`` (the served model names the tenant may use, at the gateway and at each box's front door) left out or
+null means every model.
 An empty list is one tenant, ``default``, whose one key is ``gpubox_api_key``, so an inventory written
 before tenants existed keeps working. One typed parser (:func:`parse`) checks the list for preflight
 (state_checks), the front door and the gateway alike; every problem is one line naming
@@ -41,7 +43,9 @@ _RANGES: dict[str, tuple[int, int, str]] = {
     "burst": (0, 1000000, "40"),
     "streams": (1, 65535, "256"),  # nginx: "connection limit must be less 65536"
 }
-FIELDS = ("name", "keys", *DEFAULTS)
+FIELDS = ("name", "keys", *DEFAULTS, "models")
+# A served model name (state_checks' gpubox_served_model_name, vLLM --served-model-name).
+SERVED_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}$")
 KEY_FIX = "generate one with `openssl rand -base64 32` and keep it in Ansible Vault"
 
 
@@ -63,12 +67,18 @@ class Tenant:
     burst: int
     streams: int
     body_max: str
+    # The served model names this tenant may use; None: every model.
+    models: tuple[str, ...] | None = None
+
+    def may_use(self, served_name: str) -> bool:
+        return self.models is None or served_name in self.models
 
     def limits(self) -> dict[str, Any]:
         """Everything but the keys (what a fact, a report or a public file may hold)."""
         out = {k: v for k, v in asdict(self).items() if k != "keys"}
         out["body_max_bytes"] = size_bytes(self.body_max)
         out["key_count"] = len(self.keys)
+        out["models"] = None if self.models is None else list(self.models)
         return out
 
 
@@ -135,9 +145,32 @@ def _one(where: str, item: Any, problems: list[str]) -> Tenant | None:
             values[field], problem = _int_field(where, field, value)
             if problem:
                 problems.append(problem)
+    models = _models(where, item.get("models"), problems)
     if len(problems) > start:
         return None
-    return Tenant(name=name, keys=tuple(keys), **values)
+    return Tenant(name=name, keys=tuple(keys), **values, models=models)
+
+
+def _models(where: str, value: Any, problems: list[str]) -> tuple[str, ...] | None:
+    """A tenant's ``models``: None (every model) or a non-empty list of served model names, each once."""
+    if value is None:
+        return None
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Sequence) or not value:
+        problems.append(
+            f"{where}.models must be a non-empty list of served model names (gpubox_served_model_name of the boxes "
+            "serving them), or left out for every model: e.g. [qwen14b]"
+        )
+        return None
+    for m, model in enumerate(value):
+        if not isinstance(model, str) or not SERVED_NAME_RE.match(model):
+            shown = repr(model)[:40] if isinstance(model, str) else type(model).__name__
+            problems.append(
+                f"{where}.models[{m}] is {shown}: give a served model name (letters, digits and ._:@+/-, starting "
+                "with a letter or digit), e.g. qwen14b"
+            )
+    if len(set(map(str, value))) != len(value):
+        problems.append(f"{where}.models lists one model twice: list each model once")
+    return tuple(value)
 
 
 def parse(value: Any, api_key: Any = None, name: str = "gpubox_tenants") -> list[Tenant]:
@@ -220,7 +253,15 @@ def public(tenants: Sequence[Tenant]) -> list[dict[str, Any]]:
 
 def default_public() -> list[dict[str, Any]]:
     """The one default tenant's public view, for a state whose tenants could not be read."""
-    return [{"name": DEFAULT_NAME, **DEFAULTS, "body_max_bytes": size_bytes(DEFAULTS["body_max"]), "key_count": 1}]
+    return [
+        {
+            "name": DEFAULT_NAME,
+            **DEFAULTS,
+            "body_max_bytes": size_bytes(DEFAULTS["body_max"]),
+            "key_count": 1,
+            "models": None,
+        }
+    ]
 
 
 def of_state(values: Mapping[str, Any]) -> list[Tenant]:
@@ -230,7 +271,12 @@ def of_state(values: Mapping[str, Any]) -> list[Tenant]:
     listed, key = values.get("gpubox_tenants"), values.get("gpubox_api_key")
     try:
         if isinstance(listed, list) and listed:
-            return [Tenant(**{**t, "keys": tuple(t["keys"])}) for t in listed]
+            return [
+                Tenant(
+                    **{**t, "keys": tuple(t["keys"]), "models": None if t.get("models") is None else tuple(t["models"])}
+                )
+                for t in listed
+            ]
         return parse([], key)
     except (TenantError, TypeError, KeyError):
         return []

@@ -103,7 +103,7 @@ def test_a_stream_through_the_gateway_and_the_front_door_arrives_whole(standin: 
             pytest.fail(str(exc))
         try:
             time.sleep(0.5)  # the gateway's first health check
-            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True}
+            body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 20, "stream": True, "model": "tiny"}
             status, _, text, _ = ask(port, "POST", "/v1/chat/completions", body, AUTH, tls=True)
             got = events(text)
             assert status == 200 and got[-1] == "[DONE]", text[-300:]

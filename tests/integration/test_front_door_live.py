@@ -813,10 +813,14 @@ def gateway(tmp_path_factory: pytest.TempPathFactory, engine: int) -> Iterator[d
 
 
 KEY = {"Authorization": f"Bearer {GATEWAY_KEY}"}
+# What the gateway routes: a body naming the box's model (the gateway answers /v1/models itself).
+COMPLETION = {"path": "/v1/completions", "body": b'{"model": "tiny", "prompt": "hi"}'}
 
 
 def test_the_box_sees_the_client_the_gateway_saw_never_the_clients_own_header(gateway):
-    status, _, body = _get(gateway["port"], source="127.0.0.3", headers={**KEY, "X-Forwarded-For": "203.0.113.9"})
+    status, _, body = _get(
+        gateway["port"], **COMPLETION, source="127.0.0.3", headers={**KEY, "X-Forwarded-For": "203.0.113.9"}
+    )
     assert status == 200, body
     # HAProxy replaced the client's header with the address it saw; the box believed it (the gateway is 127.0.0.1).
     assert body["x_real_ip"] == "127.0.0.3", body
@@ -826,11 +830,13 @@ def test_the_box_sees_the_client_the_gateway_saw_never_the_clients_own_header(ga
 def test_a_client_on_the_gateways_own_loopback_is_served_and_cannot_forge_one(gateway):
     # 127.0.0.1 on the gateway's host is a real client (the fleet scenario's own checks run there): the gateway
     # writes no X-Forwarded-For for it, so the box does not take it for a forged loopback (400) and logs the gateway.
-    status, _, body = _get(gateway["port"], source="127.0.0.1", headers=KEY)
+    status, _, body = _get(gateway["port"], **COMPLETION, source="127.0.0.1", headers=KEY)
     assert status == 200, body
     assert body["x_real_ip"] == "127.0.0.1" and body["xff"] == ["127.0.0.1"], body
     # Whatever such a client writes itself is dropped as from any other client.
-    status, _, body = _get(gateway["port"], source="127.0.0.1", headers={**KEY, "X-Forwarded-For": "127.0.0.9"})
+    status, _, body = _get(
+        gateway["port"], **COMPLETION, source="127.0.0.1", headers={**KEY, "X-Forwarded-For": "127.0.0.9"}
+    )
     assert status == 200 and not any("127.0.0.9" in value for value in body["xff"]), body
 
 
@@ -859,7 +865,7 @@ def test_no_box_up_is_a_json_503(tmp_path, engine):
     cert, _ = _self_signed(tmp_path)
     proc, port = _start_gateway(tmp_path / "gateway", _free_port(), cert, {"llm_gateway_retries": 0})
     try:
-        status, ctype, body = _get(port, source="127.0.0.7", headers=KEY)
+        status, ctype, body = _get(port, **COMPLETION, source="127.0.0.7", headers=KEY)
     finally:
         _stop(proc)
     assert status == 503 and _is_openai_error(status, ctype, body, "unavailable"), (status, ctype, body)
@@ -892,10 +898,19 @@ def test_control_without_the_refusal_a_key_for_v1_reached_the_engines_metrics(tm
     box_cert = gateway["box_dir"] / "tls.crt"
     proc, port = _start_gateway(tmp_path / "gateway", gateway["box_port"], box_cert, {}, edit=_without_path_refusal)
     try:
-        status, _, body = _raw_json(port, _http_get("/v1/../metrics?probe-gw-old-path", GATEWAY_KEY), "127.0.2.1")
+        status, _, body = _raw_json(port, _http_post("/v1/../metrics?probe-gw-old-path", GATEWAY_KEY), "127.0.2.1")
     finally:
         _stop(proc)
     assert status == 200 and body["path"] == "/metrics?probe-gw-old-path", (status, body)
+
+
+def _http_post(path: str, key: str) -> bytes:
+    """A POST of ``path`` exactly as written with a body naming the box's model (what the gateway routes)."""
+    body = b'{"model": "tiny", "prompt": "hi"}'
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {key}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    ).encode() + body
 
 
 def _without_path_refusal(conf: str) -> str:
@@ -952,7 +967,10 @@ def test_every_error_status_haproxy_can_answer_itself_has_its_json(tmp_path):
 
 
 def _short_request_timeout(conf: str) -> str:
-    return _swap(conf, [("timeout http-request 30s", "timeout http-request 1s")])
+    return _swap(
+        conf,
+        [("timeout http-request 30s", "timeout http-request 1s"), ("wait-for-body time 30s", "wait-for-body time 1s")],
+    )
 
 
 def _without_ignore_probes(conf: str) -> str:

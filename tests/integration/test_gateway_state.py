@@ -22,7 +22,7 @@ def status(sock: Path) -> str:
     lines = live_proxies.haproxy_cli(sock, "show stat").splitlines()
     head = lines[0].lstrip("# ").split(",")
     rows = [dict(zip(head, line.split(","))) for line in lines[1:] if line]
-    return next(r["status"] for r in rows if r["pxname"] == "gpubox_boxes" and r["svname"] == "localhost")
+    return next(r["status"] for r in rows if r["pxname"] == "pool_tiny" and r["svname"] == "localhost")
 
 
 def wait_status(sock: Path, want: str) -> str:
@@ -47,10 +47,10 @@ def test_a_drained_box_stays_drained_across_a_restart_from_the_saved_state(tmp_p
         try:
             gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy-1.log")
             assert wait_status(sock, "UP") == "UP"
-            live_proxies.haproxy_cli(sock, "set server gpubox_boxes/localhost state drain")
+            live_proxies.haproxy_cli(sock, "set server pool_tiny/localhost state drain")
             assert status(sock) == "DRAIN"
             # the role's client as the tasks run it: the drained box's state and no request in flight
-            stat = subprocess.run([sys.executable, str(SAVER), "stat", str(sock), "gpubox_boxes"],
+            stat = subprocess.run([sys.executable, str(SAVER), "stat", str(sock), "pool_tiny"],
                                   capture_output=True, text=True, check=True)  # fmt: skip
             assert json.loads(stat.stdout)["localhost"]["status"] == "DRAIN", stat.stdout
             saved = subprocess.run([sys.executable, str(SAVER), "save-state", str(sock), str(gw / "server-state")])

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import base64
 import http.client
 import http.server
 import json
@@ -22,6 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gateway_pools
 from harness import ansible_vars, live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -44,23 +44,28 @@ def _box_keys(tenants: list | None) -> str:
 
 
 def _gateway_keys(files: list[str]) -> dict:
-    """The gateway's sets of keys and the keys it accepts, from the boxes' files (roles/llm_gateway's vars)."""
-    results = {"results": [{"content": base64.b64encode(text.encode()).decode()} for text in files]}
-    return ansible_vars.render(
-        "unit-gateway", "{'sets': __llm_gateway_key_sets | length, 'keys': __llm_gateway_keys}",
-        roles=("llm_gateway",), extra_vars={"__llm_gateway_box_keys": results},
-    )  # fmt: skip
+    """The gateway's key map and its problems, from the boxes' files (roles/llm_gateway's plan,
+    module_utils/gateway_pools.py)."""
+    facts = {
+        f"box{n}": {"served_model_name": "qwen14b", "model_id": "Qwen/x", "model_commit": "c", "stack": "pinned",
+                    "port": 443, "tenants": [{"name": t, "models": None} for t in ("a", "ops", "default")]}
+        for n in range(len(files))
+    }  # fmt: skip
+    plan = gateway_pools.pools(facts, {f"box{n}": text for n, text in enumerate(files)})
+    return {"problems": plan["problems"], "keys": plan["key_map"]}
 
 
 def test_the_gateway_accepts_every_key_of_the_boxes_tenants() -> None:
     tenants = [{"name": "a", "keys": [KEY_A, KEY_A_OLD]}, {"name": "ops", "keys": [API_KEY, KEY_B]}]
     box = _box_keys(tenants)
-    assert box == f"{KEY_A}\n{KEY_A_OLD}\n{API_KEY}\n{KEY_B}\n"
-    assert _gateway_keys([box, box]) == {"sets": 1, "keys": sorted([KEY_A, KEY_A_OLD, API_KEY, KEY_B])}
-    # No tenants listed: the one key, gpubox_api_key (vault_gpubox_api_key).
-    assert _box_keys(None) == f"{API_KEY}\n"
-    # Boxes with different tenants: two sets, which the role refuses.
-    assert _gateway_keys([box, _box_keys(None)])["sets"] == 2
+    assert box == f"{KEY_A} a\n{KEY_A_OLD} a\n{API_KEY} ops\n{KEY_B} ops\n"
+    pairs = sorted([(KEY_A, "a"), (KEY_A_OLD, "a"), (API_KEY, "ops"), (KEY_B, "ops")])
+    assert _gateway_keys([box, box]) == {"problems": [], "keys": "".join(f"{k} {t}\n" for k, t in pairs)}
+    # No tenants listed: the one key, gpubox_api_key (vault_gpubox_api_key), of tenant default.
+    assert _box_keys(None) == f"{API_KEY} default\n"
+    # Boxes with different tenants: refused, no key named.
+    problems = _gateway_keys([box, _box_keys(None)])["problems"]
+    assert len(problems) == 1 and "accept different keys" in problems[0] and KEY_A not in problems[0]
     # A bad tenant list (which the box's preflight refuses first): the filter's error names the field, not the key.
     with pytest.raises(Exception, match=r"gpubox_tenants\[0\]\.keys\[0\] must be 16 to 512") as err:
         _box_keys([{"name": "a", "keys": ["short-and-bad"]}])
@@ -71,7 +76,8 @@ def test_the_gateway_accepts_every_key_of_the_boxes_tenants() -> None:
 
 
 class _Engine(http.server.BaseHTTPRequestHandler):
-    def do_GET(self) -> None:  # http.server calls it by this name
+    def do_POST(self) -> None:  # http.server calls it by this name
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.seen.append({"path": self.path, "authorization": self.headers.get("Authorization")})  # type: ignore[attr-defined]
         body = b'{"ok": true}'
         self.send_response(200)
@@ -79,6 +85,11 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         self.wfile.write(body)
+
+    def do_GET(self) -> None:  # the gateway's health check (/health through the front door)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
 
     def log_message(self, *args: Any) -> None:
         pass
@@ -107,7 +118,11 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     try:
         try:
             gateway, port = live_proxies.start_gateway(
-                tmp_path_factory.mktemp("gateway"), box_port, box_dir / "tls.crt", {}, keys=[KEY_A, KEY_B, API_KEY]
+                tmp_path_factory.mktemp("gateway"),
+                box_port,
+                box_dir / "tls.crt",
+                {},
+                keys=[(KEY_A, "a"), (KEY_B, "b"), (API_KEY, "ops")],
             )
         except live_proxies.Missing as exc:
             pytest.fail(str(exc))
@@ -123,7 +138,9 @@ def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
 def _get(port: int, path: str, key: str | None) -> tuple[int, Any]:
     conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=10, context=live_proxies.unverified_tls())
     try:
-        conn.request("GET", path, headers={"Authorization": f"Bearer {key}"} if key else {})
+        # A completion for the box's model (the gateway answers /v1/models itself; a request it routes names a model).
+        conn.request("POST", path, body=b'{"model": "tiny", "prompt": "hi"}',
+                     headers={"Authorization": f"Bearer {key}"} if key else {})  # fmt: skip
         resp = conn.getresponse()
         return resp.status, json.loads(resp.read())
     finally:
@@ -134,13 +151,15 @@ def test_through_haproxy_and_nginx_unknown_and_retired_keys_and_a_tenant_past_it
     port, engine = fleet["port"], fleet["engine"]
     wrong = "wrong-key-0123456789abcdef"  # pragma: allowlist secret (a test value no tenant holds)
     for n, key in enumerate([None, wrong, KEY_A_OLD, KEY_A.upper()]):
-        status, body = _get(port, f"/v1/models?probe-gw-{n}", key)
+        status, body = _get(port, f"/v1/completions?probe-gw-{n}", key)
         assert status == 401 and body["error"]["code"] == "invalid_api_key", (key, status, body)
-    assert _get(port, "/v1/models?probe-a-1", KEY_A)[0] == 200
-    status, body = _get(port, "/v1/models?probe-a-2", KEY_A)  # tenant a's second request within the minute
+    assert _get(port, "/v1/completions?probe-a-1", KEY_A)[0] == 200
+    status, body = _get(port, "/v1/completions?probe-a-2", KEY_A)  # tenant a's second request within the minute
     assert status == 429 and body["error"]["code"] == "rate_limit_exceeded", body
-    assert _get(port, "/v1/models?probe-b", KEY_B)[0] == 200  # another tenant, the same gateway address: its own limit
+    assert (
+        _get(port, "/v1/completions?probe-b", KEY_B)[0] == 200
+    )  # another tenant, the same gateway address: its own limit
     paths = [line["path"] for line in engine.seen]
     assert not any("probe-gw-" in p or "probe-a-2" in p for p in paths), paths
-    assert "/v1/models?probe-a-1" in paths and "/v1/models?probe-b" in paths
+    assert "/v1/completions?probe-a-1" in paths and "/v1/completions?probe-b" in paths
     assert {line["authorization"] for line in engine.seen} == {f"Bearer {live_proxies.ENGINE_KEY}"}

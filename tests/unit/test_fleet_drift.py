@@ -148,3 +148,16 @@ def test_a_box_the_peer_map_does_not_name_is_a_group_of_its_own():
 def test_peers_must_be_a_mapping():
     with pytest.raises(TypeError, match="peers must map"):
         fleet_drift.compare(MIXED, peers=["a1"])
+
+
+def test_the_gateway_column_shows_maintenance_and_is_never_drift() -> None:
+    rows = {"box1": {"model_id": "m"}, "box2": {"model_id": "m"}, "box3": {"model_id": "m"}}
+    held = [{"box": "box2", "since": "2026-12-06T18:00:00+00:00", "reason": "fan"}]
+    report = fleet_drift.compare(rows, maintenance=held)
+    assert report["hosts"]["box2"]["gateway"] == {
+        "value": "in maintenance since 2026-12-06T18:00:00+00:00 (fan)",
+        "drift": [],
+    }
+    assert report["hosts"]["box1"]["gateway"]["value"] == "in its pool" and report["drift"] == []
+    assert "in maintenance since 2026-12-06T18:00:00+00:00 (fan)" in fleet_drift.markdown(report)
+    assert fleet_drift.compare(rows)["hosts"]["box1"]["gateway"]["value"] is None  # no gateway read

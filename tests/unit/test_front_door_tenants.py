@@ -39,6 +39,7 @@ def test_an_empty_list_is_one_default_tenant_with_the_api_key_and_the_old_limits
             "body_max": "4m",
             "body_max_bytes": 4 << 20,
             "key_count": 1,
+            "models": None,
         }
     ]
 
@@ -55,6 +56,13 @@ def test_tenants_take_their_own_limits_and_the_defaults_for_the_rest() -> None:
         tenants.Tenant("team-a", (KEY_A, KEY_A2), 5, 40, 2, "4m"),
         tenants.Tenant("b", (KEY_B,), 20, 40, 256, "1k"),
     ]
+
+
+def test_a_tenant_may_be_given_models_and_uses_every_model_without() -> None:
+    a, b = tenants.parse([_tenant(models=["qwen14b", "Qwen/Qwen2.5-7B"]), {"name": "b", "keys": [KEY_B]}], KEY_B)
+    assert a.models == ("qwen14b", "Qwen/Qwen2.5-7B") and a.may_use("qwen14b") and not a.may_use("qwen72b-awq")
+    assert b.models is None and b.may_use("anything")
+    assert tenants.public([a])[0]["models"] == ["qwen14b", "Qwen/Qwen2.5-7B"]
 
 
 @pytest.mark.parametrize(
@@ -82,6 +90,12 @@ def test_tenants_take_their_own_limits_and_the_defaults_for_the_rest() -> None:
         ([_tenant(body_max="0")], "gpubox_tenants[0].body_max is '0': write an nginx size above 0"),
         ([_tenant(body_max="1m; deny all")], "gpubox_tenants[0].body_max is"),
         ([_tenant(rate="5r/s")], "gpubox_tenants[0] has unknown keys ['rate']"),
+        ([_tenant(models="qwen14b")], "gpubox_tenants[0].models must be a non-empty list of served model names"),
+        ([_tenant(models=[])], "gpubox_tenants[0].models must be a non-empty list"),
+        ([_tenant(models=["qwen 14b"])], "gpubox_tenants[0].models[0] is 'qwen 14b': give a served model name"),
+        ([_tenant(models=["-x"])], "gpubox_tenants[0].models[0] is '-x'"),
+        ([_tenant(models=[3])], "gpubox_tenants[0].models[0] is int"),
+        ([_tenant(models=["a", "a"])], "gpubox_tenants[0].models lists one model twice"),
         ([_tenant(), _tenant(keys=[KEY_B])], "two tenants are named team-a"),
         ([_tenant(), {"name": "b", "keys": [KEY_A]}], "one key belongs to both team-a and b"),
     ],
@@ -147,12 +161,15 @@ def test_the_desired_state_checks_the_tenants_and_keeps_their_keys_out_of_its_pu
             "body_max": "4m",
             "body_max_bytes": 4 << 20,
             "key_count": 2,
+            "models": None,
         }
     ]
     assert KEY_A not in repr(public) and API_KEY not in repr(public)
     assert [t.name for t in tenants.of_state(state.values)] == ["team-a"]
     default = _state().public()["gpubox_tenant_limits"]
-    assert default == [{"name": "default", **tenants.DEFAULTS, "body_max_bytes": 4 << 20, "key_count": 1}]
+    assert default == [
+        {"name": "default", **tenants.DEFAULTS, "body_max_bytes": 4 << 20, "key_count": 1, "models": None}
+    ]
     assert [tenants.size_bytes(s) for s in ("512", "1k", "2M", "1g")] == [512, 1024, 2 << 20, 1 << 30]
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import gateway_pools
 from harness import ansible_vars
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -163,6 +164,19 @@ def test_a_gateway_that_is_a_gpu_box_is_refused(runs):
     assert "the gateway host gw is in gpu_boxes" in refusal(runs, "gw")["msg"]
 
 
+# Two boxes serving qwen14b, one serving qwen72b-awq; tenant a may use qwen14b only (module_utils/gateway_pools.py).
+_TENANTS = [{"name": "a", "models": ["qwen14b"]}, {"name": "ops", "models": None}]
+PLAN = gateway_pools.pools(
+    {
+        box: {"served_model_name": model, "model_id": f"Qwen/{model}", "model_commit": "c" * 40, "stack": "pinned",
+              "port": 443, "tenants": _TENANTS}
+        for box, model in (("b1", "qwen14b"), ("b2", "qwen14b"), ("b3", "qwen72b-awq"))
+    },
+    dict.fromkeys(("b1", "b2", "b3"), "key-a-0123456789abcdef a\nkey-ops-0123456789abcdef ops\n"),
+    {"b1": "10.0.0.1", "b2": "10.0.0.2", "b3": "10.0.0.3"},
+)  # fmt: skip
+
+
 def gateway_templar(knobs: dict | None = None):
     """The gateway host's templar and variables (the role's defaults and vars, one box), ``knobs`` over them."""
     from harness import ansible_vars
@@ -173,7 +187,8 @@ def gateway_templar(knobs: dict | None = None):
         groups=("fleet_cache",),
         extra_vars={
             "ansible_managed": "managed by a test",
-            "__llm_gateway_servers": [{"name": "b1", "address": "10.0.0.1", "port": 443}],
+            "__llm_gateway_servers": PLAN["servers"],
+            "__llm_gateway_plan": PLAN,
             **(knobs or {}),
         },
     )
@@ -203,7 +218,7 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
     ]  # fmt: skip
     assert all(path == f"/etc/haproxy/gpubox/errors/{status}.http" for _, status, path in errorfiles)
     assert not [x for x in lines if x.startswith("http-error ")]
-    for line in (x for x in lines if x.startswith("http-request return status ")):
+    for line in (x for x in lines if x.startswith("http-request return status ") and " status 200 " not in x):
         assert "content-type application/json string " in line, line
         body = json.loads(re.search(r' string "((?:[^"\\]|\\.)*)"', line).group(1).replace('\\"', '"'))
         assert set(body["error"]) == {"message", "type", "code"}, line
@@ -215,8 +230,23 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
         < frontend.index("http-request deny deny_status 429 if { sc_http_req_rate(0) gt 200 }")
         < next(i for i, x in enumerate(frontend) if x.endswith(" if gpubox_path_not_normal"))
         < frontend.index("http-request deny deny_status 404 unless { path_beg /v1/ }")
-        < frontend.index("http-request deny deny_status 401 unless gpubox_key_ok")
+        < frontend.index("http-request deny deny_status 401 unless { var(txn.gpubox_tenant) -m found }")
+        < frontend.index("http-request lua.gpubox_route 1024 65536")
+        < frontend.index("use_backend pool_qwen14b if { var(txn.gpubox_model) -m str qwen14b }")
     )
+    # Routed by the body's model to its pool; each tenant's /v1/models and grants from its models.
+    assert "use_backend pool_qwen72b-awq if { var(txn.gpubox_model) -m str qwen72b-awq }" in frontend
+    grant = next(x for x in frontend if "model_not_found" in x)
+    assert grant.endswith("unless { var(txn.gpubox_grant) -m str a/qwen14b ops/qwen14b ops/qwen72b-awq }"), grant
+    listed = [x for x in frontend if x.startswith("http-request return status 200 ")]
+    assert (
+        len(listed) == 2 and '\\"id\\":\\"qwen72b-awq\\"' not in listed[0] and "gpubox_tenant) -m str a }" in listed[0]
+    )
+    backends = [x for x in lines if x.startswith("backend ")]
+    assert backends == ["backend pool_qwen14b", "backend pool_qwen72b-awq"]
+    b1 = lines.index("backend pool_qwen14b")
+    assert [x.split()[1] for x in lines[b1 : lines.index("backend pool_qwen72b-awq")] if x.startswith("server ")] == [
+        "b1", "b2"]  # fmt: skip
     # A path the box's nginx would read as another (a dot-segment, a percent-encoded "." or "/") never passes.
     assert [x for x in frontend if x.startswith("acl gpubox_path_not_normal ")] == [
         "acl gpubox_path_not_normal path_sub -i /./ /../ %2e %2f",
@@ -252,8 +282,18 @@ def test_each_errorfile_is_a_raw_http_response_whose_body_is_openai_json():
 
 def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_states():
     lines = render("haproxy.cfg.j2")
-    backend = lines[lines.index("backend gpubox_boxes") :]
+    backend = lines[lines.index("backend pool_qwen14b") :]
     assert "hash-type consistent" in backend and "hash-balance-factor 120" in backend
+    # Placement: by the conversation's start (default), by the session header, or round-robin (no bound then).
+    assert "balance hash var(txn.gpubox_prefix)" in backend
+    session = render("haproxy.cfg.j2", {"llm_gateway_placement": "session"})
+    assert "balance hdr(X-Session-Id)" in session and "hash-balance-factor 120" in session
+    plain = render("haproxy.cfg.j2", {"llm_gateway_placement": "round-robin"})
+    assert "balance roundrobin" in plain and not any(x.startswith("hash-") for x in plain)
+    # A box in maintenance (playbooks/maintenance.yml) starts disabled; the others do not.
+    held = render("haproxy.cfg.j2", {"__llm_gateway_maintenance": [{"box": "b2", "since": "x", "reason": ""}]})
+    servers = {x.split()[1]: x.endswith(" disabled") for x in held if x.startswith("server ")}
+    assert servers == {"b1": False, "b2": True, "b3": False}
     assert "timeout check 5000ms" in backend  # a check may outlast its interval (a busy box answers late)
     assert not any(
         x.startswith("hash-balance-factor") for x in render("haproxy.cfg.j2", {"llm_gateway_hash_balance_factor": 0})

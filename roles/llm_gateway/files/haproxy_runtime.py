@@ -4,6 +4,7 @@
     haproxy_runtime.py ask SOCKET COMMAND
     haproxy_runtime.py old-workers MASTER_SOCKET
     haproxy_runtime.py stat ADMIN_SOCKET BACKEND
+    haproxy_runtime.py backend-of ADMIN_SOCKET SERVER
     haproxy_runtime.py wait-drained ADMIN_SOCKET MASTER_SOCKET BACKEND SERVER TIMEOUT_S
     haproxy_runtime.py save-state ADMIN_SOCKET STATE_FILE
 
@@ -15,6 +16,7 @@ reload and the tests run it; the tests import it. Standard library only, Python 
   worker that has not soft-stopped keeps accepting connections, out of reach of the runtime API.
 - stat: the servers of BACKEND as JSON, {server: {"status", "requests", "in_flight"}} (requests: the HTTP
   responses it gave, by class; stot counts server-side connections, which HAProxy reuses).
+- backend-of: the backend (the pool) that holds SERVER (a box is in one pool).
 - wait-drained: poll every 0.2 s until SERVER has no request in flight (scur, a stream counts until its
   last byte) and the master lists no old worker, at most TIMEOUT_S; print what it saw as JSON. The bound
   itself is no failure (the rebuild reports it and goes on); a socket refused during a reload is asked again.
@@ -85,6 +87,16 @@ def servers(show_stat: str, backend: str) -> dict[str, dict[str, object]]:
     }
 
 
+def backend_of(show_stat: str, server: str) -> str:
+    """The backend (the pool) that holds ``server``: a box's server name is its inventory name, in one pool."""
+    found = sorted(
+        {row["pxname"] for row in stat_rows(show_stat) if row.get("svname") == server and row.get("type") == "2"}
+    )
+    if len(found) != 1:
+        raise LookupError(f"server {server} is in {len(found)} backends of the runtime API's stats ({found}), not one")
+    return found[0]
+
+
 def in_flight(show_stat: str, backend: str, server: str) -> int:
     found = servers(show_stat, backend)
     if server not in found:
@@ -134,7 +146,7 @@ def save_state(admin: str, dest: str) -> str:
     return f"saved to {dest}"
 
 
-USAGE = {"ask": 2, "old-workers": 1, "stat": 2, "wait-drained": 5, "save-state": 2}
+USAGE = {"ask": 2, "old-workers": 1, "stat": 2, "backend-of": 2, "wait-drained": 5, "save-state": 2}
 
 
 def main(argv: list[str]) -> int:
@@ -152,6 +164,8 @@ def main(argv: list[str]) -> int:
             print(ask(args[0], args[1]).strip())
         elif command == "old-workers":
             print(old_workers(ask(args[0], "show proc")))
+        elif command == "backend-of":
+            print(backend_of(ask(args[0], "show stat"), args[1]))
         elif command == "stat":
             print(json.dumps(servers(ask(args[0], "show stat"), args[1]), sort_keys=True))
         else:

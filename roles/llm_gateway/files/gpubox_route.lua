@@ -1,0 +1,166 @@
+-- gpubox gateway (roles/llm_gateway): what the gateway reads of an OpenAI request body, for HAProxy 2.6's Lua.
+--
+-- HAProxy has no JSON reader that can tell where a key sits or whether it is written twice, so this action reads
+-- the body's top-level object itself (HAProxy can run Lua, not Python). It never changes the request. It sets:
+--   txn.gpubox_model       the top-level "model" string, decoded as Python's json module decodes it (escapes,
+--                          \uXXXX and surrogate pairs), wherever it sits in the object;
+--   txn.gpubox_body_error  why the body cannot be routed: not_json (not one JSON object, or a control character in
+--                          a string), no_model, model_not_string, duplicate_model (vLLM's json.loads would keep the
+--                          last one, this gateway would have to guess), model_too_long, too_large (the body filled
+--                          the buffer before its object ended);
+--   txn.gpubox_prefix      the first N bytes (the action's argument) of the conversation as sent: the value of
+--                          "messages" (chat), else "prompt" (completions), else "input" (responses, embeddings);
+--                          the key of prefix-aware placement (balance hash var(txn.gpubox_prefix)).
+-- Nested values are skipped without recursion (a body nested 100,000 deep costs one pass), strings by jumping from
+-- one quote or backslash to the next. What is not JSON outside the top-level keys it reads is left to vLLM, which
+-- refuses it with its own 400: nothing this action accepts can reach a pool other than the model it names.
+-- tests/integration/test_gateway_pools.py runs it in the real HAProxy against Python's json on the same bodies.
+
+local MAX_MODEL = 256
+local CONVERSATION_KEYS = { messages = 1, prompt = 2, input = 3 }
+local ESCAPES = { ['"'] = '"', ['\\'] = '\\', ['/'] = '/', b = '\b', f = '\f', n = '\n', r = '\r', t = '\t' }
+
+local function skip_ws(s, i)
+  return string.find(s, "[^ \t\r\n]", i) or (#s + 1)
+end
+
+-- The string whose opening quote is at i: its decoded text and the index after its closing quote, or nil and
+-- "end" (the data ran out) or "bad" (not a JSON string).
+local function read_string(s, i)
+  local out, j = {}, i + 1
+  while true do
+    local k = string.find(s, '[\0-\31"\\]', j)
+    if not k then return nil, "end" end
+    if k > j then out[#out + 1] = string.sub(s, j, k - 1) end
+    local c = string.sub(s, k, k)
+    if c == '"' then return table.concat(out), k + 1 end
+    if c ~= "\\" then return nil, "bad" end  -- a raw control character (json.loads' strict mode refuses it)
+    local e = string.sub(s, k + 1, k + 1)
+    if e == "" then return nil, "end" end
+    if e == "u" then
+      local hex = string.sub(s, k + 2, k + 5)
+      if #hex < 4 then return nil, "end" end
+      if not string.match(hex, "^%x%x%x%x$") then return nil, "bad" end
+      local cp, after = tonumber(hex, 16), k + 6
+      if cp >= 0xD800 and cp <= 0xDBFF then
+        local low = string.match(s, "^\\u(%x%x%x%x)", after)
+        low = low and tonumber(low, 16)
+        if low and low >= 0xDC00 and low <= 0xDFFF then
+          cp, after = 0x10000 + (cp - 0xD800) * 0x400 + (low - 0xDC00), after + 6
+        end
+      end
+      out[#out + 1] = utf8.char(cp)
+      j = after
+    else
+      local r = ESCAPES[e]
+      if not r then return nil, "bad" end
+      out[#out + 1] = r
+      j = k + 2
+    end
+  end
+end
+
+-- The index after the string whose opening quote is at i (not decoded), or nil when the data ran out.
+local function skip_string(s, i)
+  local j = i + 1
+  while true do
+    local k = string.find(s, '["\\]', j)
+    if not k then return nil end
+    if string.sub(s, k, k) == '"' then return k + 1 end
+    j = k + 2
+  end
+end
+
+-- The index after the value that starts at i (i is not white space), or nil when the data ran out.
+local function skip_value(s, i)
+  local c = string.sub(s, i, i)
+  if c == '"' then return skip_string(s, i) end
+  if c == "{" or c == "[" then
+    local depth, j = 0, i
+    while true do
+      local k = string.find(s, '["{}%[%]]', j)
+      if not k then return nil end
+      local d = string.sub(s, k, k)
+      if d == '"' then
+        j = skip_string(s, k)
+        if not j then return nil end
+      else
+        depth = depth + ((d == "{" or d == "[") and 1 or -1)
+        j = k + 1
+        if depth == 0 then return j end
+      end
+    end
+  end
+  -- a number, true, false, null (or what vLLM will refuse): up to the next separator of this object
+  local k = string.find(s, "[,}%s]", i)
+  return k
+end
+
+-- Reads the body's top-level object: (model, error, conversation value start, end).
+local function read_body(s)
+  local i = skip_ws(s, 1)
+  if string.sub(s, i, i) ~= "{" then return nil, "not_json" end
+  i = skip_ws(s, i + 1)
+  local model, seen, conv_rank, conv_from, conv_to = nil, false, 99, nil, nil
+  if string.sub(s, i, i) == "}" then i = i + 1 else
+    while true do
+      if i > #s then return nil, "end" end
+      if string.sub(s, i, i) ~= '"' then return nil, "not_json" end
+      local key, after = read_string(s, i)
+      if not key then return nil, (after == "end") and "end" or "not_json" end
+      i = skip_ws(s, after)
+      if i > #s then return nil, "end" end
+      if string.sub(s, i, i) ~= ":" then return nil, "not_json" end
+      i = skip_ws(s, i + 1)
+      if i > #s then return nil, "end" end
+      local value_end
+      if key == "model" then
+        if seen then return nil, "duplicate_model" end
+        seen = true
+        if string.sub(s, i, i) == '"' then
+          local text, stop = read_string(s, i)
+          if not text then return nil, (stop == "end") and "end" or "not_json" end
+          model, value_end = text, stop
+        else
+          value_end = skip_value(s, i)
+          if not value_end then return nil, "end" end
+          model = false
+        end
+      else
+        value_end = skip_value(s, i)
+        if not value_end then return nil, "end" end
+        local rank = CONVERSATION_KEYS[key]
+        if rank and rank < conv_rank then conv_rank, conv_from, conv_to = rank, i, value_end - 1 end
+      end
+      i = skip_ws(s, value_end)
+      local c = string.sub(s, i, i)
+      if c == "}" then i = i + 1; break end
+      if c == "" then return nil, "end" end
+      if c ~= "," then return nil, "not_json" end
+      i = skip_ws(s, i + 1)
+    end
+  end
+  if skip_ws(s, i) <= #s then return nil, "not_json" end
+  if model == nil then return nil, "no_model" end
+  if model == false then return nil, "model_not_string" end
+  if #model == 0 or #model > MAX_MODEL then return nil, "model_too_long" end
+  return model, nil, conv_from, conv_to
+end
+
+-- Arguments: the bytes of the placement key, and the largest body the gateway takes (llm_gateway_max_body_bytes:
+-- a body that has not ended by then is too large; the configuration refuses a larger Content-Length before).
+core.register_action("gpubox_route", { "http-req" }, function(txn, prefix_bytes, max_body)
+  local body = txn.sf:req_body() or ""
+  local model, err, from, to = read_body(body)
+  if err == "end" then
+    err = (#body >= tonumber(max_body)) and "too_large" or "not_json"
+  end
+  if err then
+    txn:set_var("txn.gpubox_body_error", err)
+    return
+  end
+  txn:set_var("txn.gpubox_model", model)
+  if from then
+    txn:set_var("txn.gpubox_prefix", string.sub(body, from, math.min(to, from + tonumber(prefix_bytes) - 1)))
+  end
+end, 2)

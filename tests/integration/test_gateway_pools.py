@@ -1,0 +1,318 @@
+"""One gateway over two pools (issue 47): each request reaches a box of the model its body names, and nothing else.
+
+Real HAProxy with roles/llm_gateway's rendered file and its Lua reader (files/gpubox_route.lua), real nginx with
+roles/front_door's rendered file for each box; behind each front door an engine that records every body it gets
+and answers with the model it serves. Box "box-alpha" serves "alpha", box "box-beta" serves "beta"; tenant "a" may
+use alpha only (gpubox_tenants' models), tenant "ops" every model.
+
+- 1,000 requests to both models, bodies up to 1 MiB whose "model" comes last, in every spelling JSON allows: 0
+  misrouted (each engine checks the model its bodies name); the control: the same requests through one backend
+  over both boxes (the gateway before pools) misroute about half of them;
+- the model the gateway reads is the one Python's json module (vLLM's) reads, on bodies built to confuse it;
+- bad bodies (not JSON, no model, a model of 10 MB, a duplicate model, a model that is not a string) get an
+  OpenAI-style 4xx from the gateway and reach no engine;
+- /v1/models answers the models the tenant may use; a model the tenant is not given is not found at the gateway,
+  and the box's own front door refuses that tenant (403) when asked directly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import http.server
+import json
+import random
+import socket
+import ssl
+import tempfile
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from harness import live_proxies
+
+KEY_A, KEY_OPS = "tenant-a-key-0123456789", live_proxies.GATEWAY_KEY
+TENANTS = [
+    {"name": "a", "keys": [KEY_A], "models": ["alpha"]},
+    {"name": "ops", "keys": [KEY_OPS], "requests_per_s": 100000, "burst": 100000},
+]
+POOLS = {"box-alpha": "alpha", "box-beta": "beta"}
+
+
+class _Engine(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # http.server calls it by this name
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            parts = []
+            while size := int(self.rfile.readline().split(b";")[0], 16):
+                parts.append(self.rfile.read(size))
+                self.rfile.readline()
+            self.rfile.readline()
+            body = b"".join(parts)
+        else:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        asked = json.loads(body).get("model")
+        server = self.server
+        with server.lock:  # type: ignore[attr-defined]
+            server.seen.append(asked)  # type: ignore[attr-defined]
+        answer = json.dumps({"served": server.model, "asked": asked}).encode()  # type: ignore[attr-defined]
+        self.send_response(200 if asked == server.model else 404)  # type: ignore[attr-defined]
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(answer)))
+        self.end_headers()
+        self.wfile.write(answer)
+
+    def do_GET(self) -> None:  # the gateway's health check (/health through the front door)
+        self.send_response(200)
+        self.send_header("Content-Length", "0")
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _engine(model: str) -> http.server.ThreadingHTTPServer:
+    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    engine.model, engine.seen, engine.lock = model, [], threading.Lock()  # type: ignore[attr-defined]
+    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    return engine
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
+    engines, doors, boxes = {}, [], []
+    with contextlib.ExitStack() as stack:
+        yield from _fleet(tmp_path_factory, stack, engines, doors, boxes)
+
+
+def _fleet(tmp_path_factory: pytest.TempPathFactory, stack: contextlib.ExitStack, engines: dict, doors: list,
+           boxes: list) -> Iterator[dict]:  # fmt: skip
+    try:
+        for box, model in POOLS.items():
+            engines[model] = _engine(model)
+            # nginx's workers (nobody when the test runs as root) write large bodies under it: a directory of /tmp,
+            # not of pytest's (root's 0700).
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"gpubox-{box}-")))
+            knobs = {"gpubox_tenants": TENANTS, "gpubox_served_model_name": model}
+            proc, port = live_proxies.start_front_door(
+                tmp, engines[model].server_address[1], knobs, name=box, engine_key=live_proxies.ENGINE_KEY
+            )
+            doors.append(proc)
+            boxes.append((box, port, tmp / "tls.crt"))
+        pair_keys = [(KEY_A, "a"), (KEY_OPS, "ops")]
+        models = {"a": ["alpha"], "ops": None}
+
+        def start(tmp_name: str, edit: Any = None) -> tuple[Any, int]:
+            knobs = {"llm_gateway_retries": 0, "llm_gateway_rate_per_client": 1000000}
+            return live_proxies.start_gateway(
+                tmp_path_factory.mktemp(tmp_name), 0, boxes[0][2], knobs, boxes=boxes,
+                keys=pair_keys, pools=POOLS, tenant_models=models, edit=edit,
+            )  # fmt: skip
+
+        gateway, port = start("gateway")
+        try:
+            yield {"port": port, "engines": engines, "boxes": boxes, "start": start}
+        finally:
+            live_proxies.stop(gateway)
+    except live_proxies.Missing as exc:
+        pytest.fail(str(exc))
+    finally:
+        for proc in doors:
+            live_proxies.stop(proc)
+        for engine in engines.values():
+            engine.shutdown()
+
+
+def _post(port: int, body: bytes, key: str = KEY_OPS, path: str = "/v1/chat/completions") -> tuple[int, Any]:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=live_proxies.unverified_tls())
+    try:
+        conn.request(
+            "POST", path, body=body, headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
+        )
+        resp = conn.getresponse()
+        data = resp.read()
+        try:
+            return resp.status, json.loads(data)
+        except ValueError:
+            return resp.status, data
+    finally:
+        conn.close()
+
+
+def _get(port: int, path: str, key: str) -> tuple[int, Any]:
+    conn = http.client.HTTPSConnection("127.0.0.1", port, timeout=30, context=live_proxies.unverified_tls())
+    try:
+        conn.request("GET", path, headers={"Authorization": f"Bearer {key}"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def _seen(fleet: dict) -> int:
+    return sum(len(e.seen) for e in fleet["engines"].values())
+
+
+def _body(model: str, size: int, rng: random.Random) -> bytes:
+    """A chat body of about ``size`` bytes whose "model" comes last, written in one of the ways JSON allows."""
+    text = "".join(rng.choice('abcdefgh ijk"\\/\n\t') for _ in range(min(size, 4096)))
+    filler = (text * (size // max(len(text), 1) + 1))[:size]
+    messages = [{"role": "system", "content": filler}, {"role": "user", "content": '"model": "beta", "model":"alpha"'}]
+    head = json.dumps({"messages": messages, "max_tokens": 4, "tools": [{"model": "beta"}]})[:-1]
+    key = rng.choice(['"model"', '"mod\\u0065l"', '"\\u006dodel"'])
+    value = rng.choice([json.dumps(model), json.dumps(model, ensure_ascii=True).replace("a", "\\u0061")])
+    body = f"{head}, {key} :\n {value} }}".encode()
+    return body if len(body) <= 1 << 20 else _body(model, size * 9 // 10, rng)
+
+
+def _spread(port: int, bodies: list[tuple[str, bytes]]) -> dict[str, int]:
+    with ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda mb: (mb[0], _post(port, mb[1])), bodies))
+    out: dict[str, Any] = {"ok": 0, "misrouted": 0, "other": 0}
+    for model, (status, body) in answers:
+        if status == 200 and body.get("served") == model:
+            out["ok"] += 1
+        elif isinstance(body, dict) and body.get("served") not in (None, model):
+            out["misrouted"] += 1
+        else:
+            out["other"] += 1
+            out.setdefault("first_other", (status, str(body)[:200]))
+    return out
+
+
+def test_every_request_reaches_its_models_pool(fleet: dict) -> None:
+    rng = random.Random(47)
+    sizes = [rng.choice([64, 512, 4096]) if n % 10 else rng.randint(64 << 10, (1 << 20) - 4096) for n in range(1000)]
+    bodies = [(model, _body(model, size, rng)) for size, model in zip(sizes, ["alpha", "beta"] * 500)]
+    assert max(len(b) for _, b in bodies) <= 1 << 20 and max(len(b) for _, b in bodies) > 1000 << 10
+    for _, body in bodies[:20]:  # what Python's json (vLLM's) reads is the model the body was built for
+        assert json.loads(body)["model"] in POOLS.values()
+    before = {m: len(e.seen) for m, e in fleet["engines"].items()}
+    got = _spread(fleet["port"], bodies)
+    assert got == {"ok": 1000, "misrouted": 0, "other": 0}, got
+    for model, engine in fleet["engines"].items():
+        assert engine.seen[before[model] :] == [model] * 500
+
+    # Control: one backend over both boxes (the gateway before pools): about half of the requests are misrouted.
+    def one_backend(conf: str) -> str:
+        lines = [ln for ln in conf.splitlines() if not ln.strip().startswith("use_backend")]
+        conf = "\n".join(lines).replace("backend pool_beta\n", "backend pool_beta_unused\n")
+        beta_port = fleet["boxes"][1][1]
+        extra = f"backend pool_alpha\n    server box-beta-too 127.0.0.1:{beta_port} ssl verify none\n"
+        conf = conf.replace("backend pool_alpha\n", extra)
+        return conf.replace("frontend gpubox_api\n", "frontend gpubox_api\n    default_backend pool_alpha\n")
+
+    control, port = fleet["start"]("control", edit=one_backend)
+    try:
+        got = _spread(port, bodies[:200])
+    finally:
+        live_proxies.stop(control)
+    assert got["misrouted"] >= 40, got
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"model": "beta", "messages": [{"model": "alpha"}]}',
+        b'{"messages": "{\\"model\\": \\"alpha\\"}", "model": "beta"}',
+        b'  {"x": [1, {"y": "}"}, "]"], "model"\t:\r\n"beta"}  ',
+        b'{"x": "\\\\", "model": "beta"}',
+        b'{"x": "\\\\\\"model\\": \\"alpha", "model": "beta"}',
+        b'{"n": -1.5e3, "t": true, "f": false, "z": null, "model": "beta"}',
+        b'{"mode": "alpha", "models": "alpha", "model": "b\\u0065t\\u0061"}',
+        b'{"x": ' + b'[{"model": "alpha", "k": ' * 200 + b"1" + b"}]" * 200 + b', "model": "beta"}',
+    ],
+)
+def test_the_gateway_reads_the_model_pythons_json_reads(fleet: dict, body: bytes) -> None:
+    assert json.loads(body)["model"] == "beta"
+    status, answer = _post(fleet["port"], body)
+    assert (status, answer.get("served")) == (200, "beta"), answer
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"not json", 400, "invalid_json"),
+        (b'["model", "alpha"]', 400, "invalid_json"),
+        (b'{"model": "alpha"', 400, "invalid_json"),
+        (b'{"model": "alpha"} x', 400, "invalid_json"),
+        (b'{"model": "al\x01pha"}', 400, "invalid_json"),
+        (b'{"messages": []}', 400, "model_missing"),
+        (b'{"model": "alpha", "x": 1, "model": "beta"}', 400, "model_duplicate"),
+        (b'{"model": "alpha", "mod\\u0065l": "alpha"}', 400, "model_duplicate"),
+        (b'{"model": ["alpha"]}', 400, "model_not_string"),
+        (b'{"model": "' + b"x" * 300 + b'"}', 400, "model_not_string"),
+        (b'{"model": "gamma"}', 404, "model_not_found"),
+        (b'{"x": ' + b"[" * 100000 + b"]" * 100000 + b', "model": "gamma"}', 404, "model_not_found"),
+        (b'{"model": "ALPHA"}', 404, "model_not_found"),
+    ],
+)
+def test_bad_bodies_are_refused_at_the_gateway(fleet: dict, body: bytes, status: int, code: str) -> None:
+    before = _seen(fleet)
+    got, answer = _post(fleet["port"], body)
+    assert got == status, answer
+    assert isinstance(answer, dict) and answer["error"]["code"] == code, answer
+    assert _seen(fleet) == before
+
+
+def test_a_body_announced_over_the_bound_is_refused_before_it_is_read(fleet: dict) -> None:
+    """A model of 10 MB: the gateway answers 413 on the Content-Length, before reading the body (the client sees the
+    answer once it has sent a part of it)."""
+    before = _seen(fleet)
+    raw = socket.create_connection(("127.0.0.1", fleet["port"]), timeout=30)
+    with live_proxies.unverified_tls().wrap_socket(raw, server_hostname="localhost") as conn:
+        body_start = b'{"model": "' + b"x" * 100
+        conn.sendall(
+            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+            + f"Authorization: Bearer {KEY_OPS}\r\nContent-Length: {(10 << 20) + 13}\r\n\r\n".encode()
+            + body_start
+        )
+        answer = b""
+        with contextlib.suppress(ssl.SSLError, ConnectionError):  # HAProxy closes once it has answered
+            while chunk := conn.recv(65536):
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 413"), head
+    assert json.loads(body)["error"]["code"] == "request_too_large"
+    assert _seen(fleet) == before
+
+
+def test_a_chunked_body_over_the_bound_is_refused(fleet: dict) -> None:
+    before = _seen(fleet)
+    conn = http.client.HTTPSConnection("127.0.0.1", fleet["port"], timeout=30, context=live_proxies.unverified_tls())
+    try:
+        chunks = iter([b'{"messages": "' + b"x" * (5 << 20) + b'", "model": "alpha"}'])
+        conn.request("POST", "/v1/completions", body=chunks, headers={"Authorization": f"Bearer {KEY_OPS}"},
+                     encode_chunked=True)  # fmt: skip
+        resp = conn.getresponse()
+        assert resp.status == 413 and json.loads(resp.read())["error"]["code"] == "request_too_large"
+    finally:
+        conn.close()
+    assert _seen(fleet) == before
+
+
+def test_tenants_see_and_use_only_their_models(fleet: dict) -> None:
+    port = fleet["port"]
+    assert _get(port, "/v1/models", KEY_OPS) == (200, {"object": "list", "data": [
+        {"id": "alpha", "object": "model", "created": 0, "owned_by": "gpubox"},
+        {"id": "beta", "object": "model", "created": 0, "owned_by": "gpubox"}]})  # fmt: skip
+    status, listed = _get(port, "/v1/models", KEY_A)
+    assert status == 200 and [m["id"] for m in listed["data"]] == ["alpha"]
+    before = _seen(fleet)
+    assert _post(port, b'{"model": "alpha"}', KEY_A)[0] == 200
+    status, answer = _post(port, b'{"model": "beta"}', KEY_A)
+    assert (status, answer["error"]["code"]) == (404, "model_not_found")
+    assert _seen(fleet) == before + 1
+    assert _get(port, "/v1/models", "not-a-key-0123456789")[0] == 401
+    # Other GETs are not routed (no body names a model); other methods are not allowed.
+    assert _get(port, "/v1/chat/completions", KEY_OPS)[0] == 404
+    # The box serving beta refuses tenant a at its own front door, asked directly.
+    _, box_port, _ = fleet["boxes"][1]
+    status, answer = _post(box_port, b'{"model": "beta"}', KEY_A)
+    assert status == 403 and "beta" in answer["error"]["message"], answer
+    assert _post(box_port, b'{"model": "beta"}', KEY_OPS)[0] == 200
