@@ -226,8 +226,10 @@ def _fmt(value: float) -> str:
     return str(int(value)) if float(value).is_integer() else repr(float(value))
 
 
-def render(state: State, readable: bool, now: float) -> str:
-    """The textfile: the counters of ``state``, whether this run could read the log, and when it ran."""
+def render(state: State, readable: bool, now: float, model: str = "") -> str:
+    """The textfile: the counters of ``state``, whether this run could read the log, and when it ran; ``model``
+    (the box's served model name, the one model its front door serves) labels the requests, so that a fleet's sum
+    by tenant and model is the requests each tenant made of each model."""
     blocks: list[str] = []
 
     def block(name: str, kind: str, help_text: str, samples: list[tuple[Mapping[str, str], float]]) -> None:
@@ -240,10 +242,10 @@ def render(state: State, readable: bool, now: float) -> str:
     block(
         "requests_total",
         "counter",
-        f"Requests the front door answered, by the tenant the key named ({NO_TENANT}: no key or an unknown one) "
-        "and the status class.",
+        f"Requests the front door answered, by the tenant the key named ({NO_TENANT}: no key or an unknown one), "
+        "the status class and the model the box serves.",
         [
-            ({"tenant": tenant or NO_TENANT, "code": code}, n)
+            ({"tenant": tenant or NO_TENANT, "code": code, **({"model": model} if model else {})}, n)
             for tenant, codes in sorted(state.requests.items())
             for code, n in sorted(codes.items())
         ],

@@ -241,6 +241,10 @@ def test_the_textfile_holds_every_counter_and_promtool_reads_it(tmp_path: Path) 
     assert samples[("gpubox_front_door_refused_keys_total", ())] == "1"
     assert samples[("gpubox_front_door_log_lines_unparsed_total", ())] == "1"
     assert samples[("gpubox_front_door_log_readable", ())] == "1"
+    # With the box's served model (the collector's --model): every request sample carries it.
+    labelled = [lab for name, lab, _ in parse_samples(tenant_metrics.render(files.run(), True, 1.0, "qwen14b"))
+                if name == "gpubox_front_door_requests_total"]  # fmt: skip
+    assert labelled and all(lab["model"] == "qwen14b" for lab in labelled), labelled
     promtool = os.environ.get("GPUBOX_PROMTOOL") or shutil.which("promtool")
     if promtool is None:
         pytest.fail("promtool is not installed: make promtool (GPUBOX_PROMTOOL names it)")

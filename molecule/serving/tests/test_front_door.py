@@ -334,7 +334,8 @@ def test_a_burst_without_a_key_is_all_401_and_fills_no_tenants_limit(host):
 # --- the tenants' counts reach the metrics (roles/metrics: gpubox-tenant-metrics on a timer) ----------------------
 
 TENANT_TEXTFILE = "/var/lib/prometheus/node-exporter/gpubox_tenants.prom"
-_TENANT_SAMPLE = re.compile(r'^gpubox_front_door_requests_total\{code="(\dxx)",tenant="([^"]+)"\} (\d+)$')
+# Labelled with the model the box serves (gpubox_served_model_name: tiny), so that a fleet's sums are per model.
+_TENANT_SAMPLE = re.compile(r'^gpubox_front_door_requests_total\{code="(\dxx)",model="tiny",tenant="([^"]+)"\} (\d+)$')
 
 
 def _tenant_counts(host) -> tuple[dict[tuple[str, str], int], int]:
