@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.ca and args.key_file and args.stop):
         parser.error("--ca, --key-file and --stop are needed to run the load")
     with open(args.key_file, encoding="utf-8") as fh:
-        key = fh.read().strip()
+        key = fh.read().split()[0]  # the first word: the gateway's file is "<key> <tenant>" a line
     asyncio.run(Load(args, key).run())
     return 0
 

@@ -33,7 +33,9 @@ def worker(
     i = 0
     while not os.path.exists(stop):
         session = f"client-{n}-{i % 3}"
-        body = json.dumps({"model": "tiny", "prompt": "hello", "max_tokens": 4}).encode()
+        # The prompt names the session: the gateway places by the conversation's start (llm_gateway_placement prefix),
+        # so the sessions spread over the pool's boxes as their X-Session-Id did under session placement.
+        body = json.dumps({"model": "tiny", "prompt": f"hello {session}", "max_tokens": 4}).encode()
         req = urllib.request.Request(
             url + "/v1/completions",
             data=body,
@@ -71,7 +73,7 @@ def main(argv: list[str]) -> int:
     workers = int(argv[6]) if len(argv) > 6 else 1
     interval = float(argv[7]) if len(argv) > 7 else 3.0
     with open(keyfile, encoding="utf-8") as fh:
-        key = fh.read().strip()
+        key = fh.read().split()[0]  # the first word: the gateway's file is "<key> <tenant>" a line
     ctx = ssl.create_default_context(cafile=cafile)
     lock = threading.Lock()
     with open(outpath, "a", encoding="utf-8") as out:

@@ -24,12 +24,16 @@ SHOW_PROC = """#<PID>          <type>          <reloads>       <uptime>        <
 
 """
 
-HEAD = "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other"
+HEAD = (
+    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,type"
+)
 SHOW_STAT = f"""{HEAD}
-gpubox_front,FRONTEND,,,3,9,,120,OPEN,0,100,0,2,0,0
-gpubox_boxes,box1,0,0,2,5,,40,UP,0,30,0,1,0,0
-gpubox_boxes,box2,0,0,0,4,,35,DRAIN,0,20,0,0,1,0
-gpubox_boxes,BACKEND,0,0,2,9,,75,UP,0,50,0,1,1,0
+gpubox_front,FRONTEND,,,3,9,,120,OPEN,0,100,0,2,0,0,0
+pool_tiny,box1,0,0,2,5,,40,UP,0,30,0,1,0,0,2
+pool_tiny,box2,0,0,0,4,,35,DRAIN,0,20,0,0,1,0,2
+pool_tiny,BACKEND,0,0,2,9,,75,UP,0,50,0,1,1,0,1
+pool_big,box3,0,0,1,1,,7,UP,0,7,0,0,0,0,2
+pool_big,BACKEND,0,0,1,1,,7,UP,0,7,0,0,0,0,1
 
 """
 
@@ -40,13 +44,18 @@ def test_old_workers_are_counted_from_their_section_only() -> None:
 
 
 def test_stat_gives_each_box_its_state_answers_and_streams_in_flight() -> None:
-    assert haproxy_runtime.servers(SHOW_STAT, "gpubox_boxes") == {
+    assert haproxy_runtime.servers(SHOW_STAT, "pool_tiny") == {
         "box1": {"status": "UP", "requests": 31, "in_flight": 2},
         "box2": {"status": "DRAIN", "requests": 21, "in_flight": 0},
     }
-    assert haproxy_runtime.in_flight(SHOW_STAT, "gpubox_boxes", "box1") == 2
-    with pytest.raises(LookupError, match="gpubox_boxes/box9 is not in the runtime API's stats"):
-        haproxy_runtime.in_flight(SHOW_STAT, "gpubox_boxes", "box9")
+    assert sorted(haproxy_runtime.servers(SHOW_STAT, "*")) == ["box1", "box2", "box3"]
+    assert haproxy_runtime.in_flight(SHOW_STAT, "pool_tiny", "box1") == 2
+    with pytest.raises(LookupError, match="pool_tiny/box9 is not in the runtime API's stats"):
+        haproxy_runtime.in_flight(SHOW_STAT, "pool_tiny", "box9")
+    # A box's pool, for a drain: the one backend that holds it.
+    assert haproxy_runtime.backend_of(SHOW_STAT, "box3") == "pool_big"
+    with pytest.raises(LookupError, match="server box9 is in 0 backends"):
+        haproxy_runtime.backend_of(SHOW_STAT, "box9")
     with pytest.raises(ValueError, match="not an answer of `show stat`"):
         haproxy_runtime.stat_rows("Unknown command.\n")
 

@@ -14,8 +14,8 @@ reload and the tests run it; the tests import it. Standard library only, Python 
 - ask: one command and HAProxy's whole answer.
 - old-workers: how many workers of a previous configuration are left (`show proc`, "# old workers"): a
   worker that has not soft-stopped keeps accepting connections, out of reach of the runtime API.
-- stat: the servers of BACKEND as JSON, {server: {"status", "requests", "in_flight"}} (requests: the HTTP
-  responses it gave, by class; stot counts server-side connections, which HAProxy reuses).
+- stat: the servers of BACKEND ("*": of every backend) as JSON, {server: {"status", "requests", "in_flight"}}
+  (requests: the HTTP responses it gave, by class; stot counts server-side connections, which HAProxy reuses).
 - backend-of: the backend (the pool) that holds SERVER (a box is in one pool).
 - wait-drained: poll every 0.2 s until SERVER has no request in flight (scur, a stream counts until its
   last byte) and the master lists no old worker, at most TIMEOUT_S; print what it saw as JSON. The bound
@@ -75,7 +75,8 @@ def stat_rows(show_stat: str) -> list[dict[str, str]]:
 
 
 def servers(show_stat: str, backend: str) -> dict[str, dict[str, object]]:
-    """{server: {status, requests, in_flight}} of one backend (its BACKEND summary row aside)."""
+    """{server: {status, requests, in_flight}} of one backend (its BACKEND summary row aside); backend "*": of every
+    pool (a box is in one)."""
     return {
         row["svname"]: {
             "status": row["status"],
@@ -83,7 +84,8 @@ def servers(show_stat: str, backend: str) -> dict[str, dict[str, object]]:
             "in_flight": int(row.get("scur") or 0),
         }
         for row in stat_rows(show_stat)
-        if row.get("pxname") == backend and row.get("svname") != "BACKEND"
+        if row.get("pxname") == backend or (backend == "*" and row.get("type") == "2")
+        if row.get("svname") != "BACKEND"
     }
 
 
