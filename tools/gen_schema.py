@@ -121,9 +121,34 @@ FLAGS_BEGIN = (
 FLAGS_END = "<!-- END VLLM FLAGS -->"
 
 
+def flag_table() -> str:
+    """The docs table (docs/deploy.md): every flag gpubox renders (desired_state_schema) or refuses as removed, and
+    which stacks have it."""
+    lines = [
+        "| vLLM flag | set by | " + " | ".join(stacks.NAMES) + " |",
+        "|---|---|" + "---|" * len(stacks.NAMES),
+    ]
+    for flag, name in schema.command_line():
+        cells = ["rendered" if flag.in_stack(stack) else "no such flag" for stack in stacks.NAMES]
+        how = (flag.source or f"`{name}`") + (" (inverted)" if flag.inverted else "")
+        lines.append(f"| `{flag.name}` | {how} | " + " | ".join(cells) + " |")
+    removed = sorted({flag for table in schema.REMOVED_FLAGS.values() for flag in table})
+    for flag in removed:
+        if flag in {f.name for f, _fact in schema.command_line()}:
+            continue
+        cells = [
+            "refused: " + schema.REMOVED_FLAGS[stack][flag].replace("|", "\\|")
+            if flag in schema.REMOVED_FLAGS.get(stack, {})
+            else "exists"
+            for stack in stacks.NAMES
+        ]
+        lines.append(f"| `{flag}` | `gpubox_vllm_extra_args` | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def flags_doc_text(current: str) -> str:
-    """docs/deploy.md with its block of vLLM flags per stack (schema.flag_table()) regenerated."""
-    return block_text(current, FLAGS_DOC, FLAGS_BEGIN, FLAGS_END, schema.flag_table())
+    """docs/deploy.md with its block of vLLM flags per stack (flag_table()) regenerated."""
+    return block_text(current, FLAGS_DOC, FLAGS_BEGIN, FLAGS_END, flag_table())
 
 
 SUPPORT_DOC = "docs/day-two.md"

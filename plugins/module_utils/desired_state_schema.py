@@ -670,30 +670,6 @@ def flag_aliases() -> dict[str, str]:
     return {alias: flag.name for flag, _name in command_line() for alias in flag.aliases}
 
 
-def flag_table() -> str:
-    """The docs table (docs/deploy.md): every flag gpubox renders or refuses as removed, and which stacks have it."""
-    lines = [
-        "| vLLM flag | set by | " + " | ".join(stacks.NAMES) + " |",
-        "|---|---|" + "---|" * len(stacks.NAMES),
-    ]
-    for flag, name in command_line():
-        cells = ["rendered" if flag.in_stack(stack) else "no such flag" for stack in stacks.NAMES]
-        how = (flag.source or f"`{name}`") + (" (inverted)" if flag.inverted else "")
-        lines.append(f"| `{flag.name}` | {how} | " + " | ".join(cells) + " |")
-    removed = sorted({flag for table in REMOVED_FLAGS.values() for flag in table})
-    for flag in removed:
-        if flag in {f.name for f, _fact in command_line()}:
-            continue
-        cells = [
-            "refused: " + REMOVED_FLAGS[stack][flag].replace("|", "\\|")
-            if flag in REMOVED_FLAGS.get(stack, {})
-            else "exists"
-            for stack in stacks.NAMES
-        ]
-        lines.append(f"| `{flag}` | `gpubox_vllm_extra_args` | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
-
-
 def inventory_names() -> dict[str, str]:
     """The capacity planner's input keys and the fact that sets each."""
     return {row.planner: row.name for row in ROWS if row.planner}

@@ -9,6 +9,7 @@ lts-580 is the control: the same expressions render its values, so the test woul
 from __future__ import annotations
 
 import datetime
+import importlib.util
 from pathlib import Path
 from typing import Any
 
@@ -255,9 +256,10 @@ def test_a_quantization_method_the_stacks_vllm_lacks_is_refused_by_name() -> Non
 
 
 def test_the_docs_flag_table_says_which_stacks_have_each_flag() -> None:
-    from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
-
-    table = schema.flag_table()
+    spec = importlib.util.spec_from_file_location("gen_schema", ROOT / "tools" / "gen_schema.py")
+    gen_schema = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gen_schema)
+    table = gen_schema.flag_table()  # the docs table lives with the generator that writes it
     assert "| `--disable-log-requests` | vllm_service_disable_log_requests | rendered | no such flag |" in table
     assert (
         "| `--enable-log-requests` | vllm_service_disable_log_requests (inverted) | no such flag | rendered |" in table
