@@ -74,6 +74,11 @@ class LayoutError(ValueError):
     """A config.json the planner cannot read; the message names the key and the fix."""
 
 
+class UnmodelledError(LayoutError):
+    """A well-formed config.json of an architecture the planner has no model of (MLA, chunked local attention,
+    Nemotron-H, an unknown layer type or recurrent layer): capacity_measured may start it unplanned."""
+
+
 @dataclass(frozen=True)
 class Experts:
     """The mixture-of-experts MLP: ``routed`` experts per MoE layer, ``active`` per token, each of ``intermediate``;
@@ -169,7 +174,7 @@ def _kinds(config: dict[str, Any], layers: int) -> tuple[str, ...]:
             )
         unknown = sorted({str(t) for t in types if str(t) not in LAYER_TYPES})
         if unknown:
-            raise LayoutError(
+            raise UnmodelledError(
                 f"config.json {key} has layer types the planner does not model ({', '.join(unknown)}): it knows "
                 f"{', '.join(sorted(LAYER_TYPES))}"
             )
@@ -281,7 +286,7 @@ def _recurrent(
             conv=_int(config, "mamba_d_conv", fix),
             ssm_bytes=_ssm_bytes(config, architectures),
         )
-    raise LayoutError(
+    raise UnmodelledError(
         "config.json has linear-attention or Mamba layers but neither the Gated DeltaNet keys (linear_num_value_heads, "
         "linear_num_key_heads, linear_key_head_dim, linear_value_head_dim, linear_conv_kernel_dim) nor the Mamba2 "
         "keys (mamba_n_heads, mamba_d_head, mamba_n_groups, mamba_d_state, mamba_d_conv, mamba_expand): the planner "
@@ -295,17 +300,17 @@ def layout(config: Any) -> Layout:
         raise LayoutError(f"config.json must be a mapping, got {type(config).__name__}")
     text = text_config(config)
     if text.get("kv_lora_rank") is not None:
-        raise LayoutError(
+        raise UnmodelledError(
             "config.json has kv_lora_rank: multi-head latent attention (DeepSeek-V2/V3, Kimi) caches one compressed "
             "latent per token and layer, which the planner does not model; serve a model with full, sliding-window "
             "or hybrid attention"
         )
     if text.get("attention_chunk_size") not in (None, 0):
-        raise LayoutError(
+        raise UnmodelledError(
             "config.json has attention_chunk_size: chunked local attention (Llama 4) is not modelled by the planner"
         )
     if text.get("hybrid_override_pattern") is not None:
-        raise LayoutError(
+        raise UnmodelledError(
             "config.json has hybrid_override_pattern (Nemotron-H): its Mamba, attention and MLP layers are separate "
             "layers the planner does not model"
         )
@@ -339,10 +344,14 @@ def serving_stacks(word: str, kind: str) -> str:
     return f"; set gpubox_stack: {shown}, which serves it" if names else "; no stack serves it"
 
 
-def model_layout(model: dict, named: str, words: vllm_words.Release, errors: list[str]) -> Any:
+def model_layout(
+    model: dict, named: str, words: vllm_words.Release, errors: list[str], unmodelled: list[str] | None = None
+) -> Any:
     """The Layout of a planner model dict (None for a dense full-attention model given as facts), or False after
     appending an error naming ``named`` (the model) to ``errors``: the layout is read from ``config_json``; a family
-    the release ``words`` does not plan is refused naming the stacks that serve it."""
+    the release ``words`` does not plan is refused naming the stacks that serve it. An architecture the planner
+    does not model at all goes to ``unmodelled`` instead when it is given (the caller decides: capacity_measured)."""
+    refused = errors if unmodelled is None else unmodelled
     config = model.get("config_json")
     if config is None:
         moe = moe_keys(model)
@@ -354,7 +363,7 @@ def model_layout(model: dict, named: str, words: vllm_words.Release, errors: lis
             )
             return False
         if attention == "mla":
-            errors.append(
+            refused.append(
                 f"{named}: the planner does not model its attention (mla, from gpubox_model_config or the catalog): "
                 "multi-head latent attention caches one compressed latent per token and layer, replicated on every "
                 "GPU; serve a model with full, sliding-window or hybrid attention"
@@ -370,6 +379,9 @@ def model_layout(model: dict, named: str, words: vllm_words.Release, errors: lis
         return None
     try:
         found = layout(config)
+    except UnmodelledError as exc:
+        refused.append(f"{named}: {exc}")
+        return False
     except LayoutError as exc:
         errors.append(f"{named}: {exc}")
         return False

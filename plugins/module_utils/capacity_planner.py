@@ -95,6 +95,7 @@ from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_layout,
+    capacity_measured,
     capacity_text,
     capacity_v1,
     capacity_weights,
@@ -238,6 +239,7 @@ class Plan:
     errors: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     kv_cache_pinned_gib: float = 0.0
+    measured_start: str = ""  # capacity_measured: what starts instead of a plan ("" = planned)
 
 
 class _Collector:
@@ -288,11 +290,17 @@ def _positive_int(value: Any, maximum: int = MAX_CONFIG_INT) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 0 < value <= maximum
 
 
-def _model_facts(model: dict, errors: list[str], words: vllm_words.Release | None = None) -> ModelFacts | None:
+def _named(model: dict) -> str:
+    return f"{var('model')} {model['model_id']}" if isinstance(model.get("model_id"), str) else var("model")
+
+
+def _model_facts(
+    model: dict, errors: list[str], words: vllm_words.Release | None = None, unmodelled: list[str] | None = None
+) -> ModelFacts | None:
     # The integer facts of a model: config.json's fields plus the weight files' size (model_catalog).
     words = words or vllm_words.RELEASES[stacks.STACKS[stacks.DEFAULT].vllm]
-    named = f"{var('model')} {model['model_id']}" if isinstance(model.get("model_id"), str) else var("model")
-    layout = capacity_layout.model_layout(model, named, words, errors)
+    named = _named(model)
+    layout = capacity_layout.model_layout(model, named, words, errors, unmodelled)
     if layout is False:
         return None
     required = tuple(k for k in model_catalog.INVENTORY_REQUIRED if k != "torch_dtype")
@@ -658,10 +666,17 @@ def plan(model: dict, gpu: dict, serving: dict, engine: str = DEFAULT_ENGINE, st
             result.errors.append(f"{name}: the {label} facts must be a mapping, got {type(value).__name__}")
     if result.errors:
         return asdict(result)
-    model_facts = _model_facts(model, result.errors, words_of(engine, stack))
+    unmodelled: list[str] = []  # the architecture refusals (capacity_measured decides)
+    model_facts = _model_facts(model, result.errors, words_of(engine, stack), unmodelled)
     gpu_facts = _gpu_facts(gpu, result.errors)
     large = bool(gpu_facts) and capacity_v1.is_large_gpu(gpu_facts.total_mib - gpu_facts.reserved_mib, gpu_facts.name)
     serving_facts = _serving_facts(serving, model_facts, result.errors, engine, large, words_of(engine, stack))
+    if problem := capacity_measured.input_problem(serving, engine):
+        result.errors.append(problem)
+    if unmodelled and (problem or not capacity_measured.requested(serving)):
+        result.errors.extend(capacity_measured.refused(unmodelled))
+    elif unmodelled and gpu_facts and serving_facts:  # gpubox_capacity_measured_start: vLLM measures instead
+        capacity_measured.plan(model, gpu_facts, serving_facts, _named(model), result)
     if model_facts and gpu_facts and serving_facts:
         result.errors.extend(_topology_errors(model_facts, gpu_facts, serving_facts))
         _capacity(model_facts, gpu_facts, serving_facts, result)

@@ -35,6 +35,8 @@ def plan_table(plan: dict[str, Any]) -> str:
         if key in plan and not (key in OPTIONAL_ROWS and not plan[key]):
             lines.append(f"{label:<20} {fmt.format(plan[key]):>14}")
     lines.append(f"{'fits':<20} {'yes' if plan.get('fits') else 'NO':>14}")
+    if plan.get("measured_start"):  # capacity_measured: an architecture the planner does not model
+        lines.append(f"measured start: {plan['measured_start']}")
     if plan.get("weights_source"):
         lines.append(f"weights from: {plan['weights_source']}")
     lines.extend(f"ERROR: {e}" for e in plan.get("errors", []))

@@ -366,6 +366,17 @@ ROWS: tuple[Row, ...] = (
         planner="serving.kv_cache_memory_bytes",
     ),
     Row(
+        "gpubox_capacity_measured_start",
+        "bool",
+        "lts-580: start a model whose architecture the planner does not model (MLA, Nemotron-H, ...) unplanned, "
+        "gpubox_gpu_memory_utilization <= 0.85, then pin vLLM's measured KV cache (docs/planner.md). false: refused.",
+        default=False,
+        check="bool",
+        required=True,
+        hint="use false, or true on lts-580 for a measured start (docs/planner.md)",
+        planner="serving.measured_start",
+    ),
+    Row(
         "gpubox_served_model_name",
         "str",
         "Name clients ask for (vLLM --served-model-name); not a flag.",

@@ -450,10 +450,13 @@ def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[s
     if not isinstance(config, dict):
         raise TypeError(f"config.json must be a mapping, got {type(config).__name__}")
     text = capacity_layout.text_config(config)
-    found = capacity_layout.layout(config)
+    try:
+        experts = capacity_layout.layout(config).experts
+    except capacity_layout.UnmodelledError:  # rides along: the planner refuses it by name or starts it measured
+        experts = None
     size_keys = [k for k in CONFIG_FIELDS if k not in ("torch_dtype", "intermediate_size")]
     missing = [k for k in size_keys if k not in text]
-    if not text.get("intermediate_size") and not found.experts:
+    if not text.get("intermediate_size") and not experts:
         missing.append("intermediate_size")
     if missing:
         raise ValueError(f"config.json lacks {', '.join(missing)}: not a decoder model the planner knows")
@@ -465,7 +468,7 @@ def model_from_config_json(config: dict[str, Any], weights_bytes: int) -> dict[s
         "num_key_value_heads": text.get("num_key_value_heads", heads),
         "hidden_size": text["hidden_size"],
         # a model whose every MLP is experts (gpt-oss) states only the expert's size
-        "intermediate_size": text.get("intermediate_size") or found.experts.intermediate,
+        "intermediate_size": text.get("intermediate_size") or experts.intermediate,
         "vocab_size": text["vocab_size"],
         "head_dim": text.get("head_dim") or text["hidden_size"] // heads,
         "torch_dtype": dtype,

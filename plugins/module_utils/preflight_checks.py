@@ -592,6 +592,8 @@ def _table(config: dict[str, Any], report: _Report, plan: dict | None) -> str:
         for label, key, fmt in _PLAN_ROWS:
             lines.append(f"{'plan: ' + label:<24} {fmt.format(plan[key]):<58} -")
         lines.append(f"{'plan: fits':<24} {'yes' if plan['fits'] else 'no':<58} {'ok' if plan['fits'] else 'FAIL'}")
+        if plan.get("measured_start"):  # gpubox_capacity_measured_start: the box starts unplanned, said once
+            lines.append(f"{'plan: measured start':<24} {plan['measured_start']} (gpubox_capacity_measured_start)")
     lines.append(f"{len(report.errors)} error(s), {len(report.warnings)} warning(s)")
     return "\n".join(lines)
 

@@ -61,6 +61,8 @@ def compared(plan: Any, measured_figures: dict[str, float]) -> str:
     """The report's one line: the plan's KV budget and tokens against what vLLM measured, and how to pin it."""
     plan = plan if isinstance(plan, dict) else {}
     planned_gib, planned_tokens = plan.get("kv_cache_gib_per_gpu"), plan.get("kv_tokens")
+    if plan.get("measured_start") and not plan.get("kv_cache_pinned_gib"):
+        planned_gib = planned_tokens = None  # a measured start plans no cache (capacity_measured): vLLM sized it
     gib, tokens = measured_figures.get("kv_cache_gib"), measured_figures.get("kv_tokens")
     if gib is None and tokens is None:
         return "KV cache: vLLM's start-up log reports no figure to compare with the plan"

@@ -229,13 +229,10 @@ def test_a_long_context_that_does_not_fit_is_refused_before_any_change() -> None
         ({"num_experts_per_tok": None, "experts_per_token": None}, "experts per token"),
         ({"num_experts_per_tok": 600}, "num_experts_per_tok"),
         ({"layer_types": ["full_attention"] * 3}, "layer_types"),
-        ({"layer_types": ["full_attention", "weird"] * 24}, "weird"),
         ({"linear_num_value_heads": "32"}, "linear_num_value_heads"),
         ({"full_attention_interval": 0}, "full_attention_interval"),
-        ({"kv_lora_rank": 512}, "kv_lora_rank"),
-        ({"hybrid_override_pattern": "M-M*"}, "hybrid_override_pattern"),
         ({"mlp_only_layers": "all"}, "mlp_only_layers"),
-    ],
+    ],  # an architecture the planner does not model passes here: test_capacity_measured.py (the planner refuses it)
 )
 def test_a_bad_config_is_refused_naming_the_key(change: dict, key: str) -> None:
     config = {**qwen3_next(), **change}
