@@ -2,8 +2,9 @@
 """Placement inside a pool against the prefix cache (issue 47, item 3): a bench, not a test.
 
     python bench/placement_load.py [--seconds 20] [--warmup 5] [--clients 24] [--tokens 16-48] [--ttft-ms 50]
-                                   [--itl-ms 20] [--prefill-ms-per-token 0.2] [--cache-blocks 160]
-                                   [--system-prompts 12] [--system-words 500] [--policies NAME,...] [--seeds 47,...]
+                                   [--itl-ms 20] [--prefill-ms-per-token 0.2] [--cache-blocks 256]
+                                   [--system-prompts 16] [--system-words 600] [--users 240] [--chats 30]
+                                   [--policies NAME,...] [--seeds 47,...]
                                    [--workloads shared-prompts,multi-turn] [--out bench/placement-load.json]
     python bench/placement_load.py --real-engine [--out-real bench/placement-real-engine.json]
 
@@ -11,14 +12,16 @@ Three boxes on this machine's loopback, as bench/affinity_load.py starts them (t
 behind nginx with roles/front_door's rendered file), but each stand-in runs its MODEL of vLLM 0.32's prefix cache
 (harness/engine_standin/standin.py, PrefixCache: chained hashes of 16-token blocks, tokens = words of the text,
 --cache-blocks blocks per box, LRU), so that a request's TTFT is --ttft-ms plus --prefill-ms-per-token for each
-prompt token its box did not hold. The client is the fleet's (harness/stream_load.py: closed-loop clients, each
-stream after the last), with two workloads:
+prompt token its box did not hold. The client is the fleet's (harness/stream_load.py: --clients closed-loop
+workers, each stream after the last), with two workloads (SharedPrompts, MultiTurn below):
   shared-prompts  --system-prompts long system prompts (--system-words words each), each the prompt of one
-                  application; client n uses application n mod --system-prompts and sends, as session
-                  "user-n", a new short question (20-40 words) after it each time;
-  multi-turn      each client holds one chat at a time (its session: the chat's id), a short system prompt
-                  shared by all, then turn by turn its user messages (20-60 words) and the answers it got; a
-                  chat ends after 4-10 turns and the client starts another.
+                  application; each stream, a user drawn from --users (user u of application u mod
+                  --system-prompts) asks, as session "user-u", a new short question (20-40 words);
+  multi-turn      --chats chats at once (each its session), a short system prompt shared by all, then turn by
+                  turn user messages (20-60 words) and the answers; each stream is the next turn of a chat not
+                  waiting for one; a chat ends after 4-10 turns and a new one takes its place.
+The defaults size the cache so that the pool's three boxes together hold each workload's working set, and one
+box does not (shared-prompts: 16 prompts of about 38 blocks, 608 blocks, against 256 a box).
 Each workload runs once per policy and --seeds draw, the boxes' caches emptied before (vLLM's POST
 /reset_prefix_cache), the same draws for every policy, one after the other in one run; a draw (the seed) sets the
 prompts' texts and the session names, so where a hash puts them: with a dozen keys over three boxes one draw can be
@@ -145,6 +148,11 @@ def text(rng: random.Random, words: int, tag: str) -> str:
 
 
 class SharedPrompts(stream_load.Load):
+    """Each stream: a user drawn from --users (user u uses application u mod --system-prompts), that user's session
+    and a new question after the application's system prompt. A client is a worker, not a user: were it a user,
+    its answer's blocks, cached just before its next request, would make every policy hit (no one else's request
+    between them); real users come back after others' requests have gone through the box."""
+
     def __init__(self, args: argparse.Namespace, key: str) -> None:
         super().__init__(args, key)
         apps = random.Random(args.seed)
@@ -153,42 +161,52 @@ class SharedPrompts(stream_load.Load):
         ]
 
     def next_chat(self, n: int, rng: random.Random) -> tuple[str, list[dict]]:
-        question = text(rng, rng.randint(20, 40), "q")
+        user = rng.randrange(self.args.users)
         messages = [
-            {"role": "system", "content": self.prompts[n % len(self.prompts)]},
-            {"role": "user", "content": question},
+            {"role": "system", "content": self.prompts[user % len(self.prompts)]},
+            {"role": "user", "content": text(rng, rng.randint(20, 40), "q")},
         ]
-        return f"user-{self.args.seed}-{n}", messages
+        return f"user-{self.args.seed}-{user}", messages
 
 
 class MultiTurn(stream_load.Load):
+    """--chats chats at once, each its own session: a short system prompt shared by all, then turn by turn a user
+    message (20-60 words) and the answer it got; a chat ends after 4-10 turns and a new one takes its place. Each
+    stream is the next turn of a chat drawn from those not waiting for an answer (a client is a worker, as above:
+    between two turns of a chat, other chats' turns go through the boxes, as a user's reading and typing lets)."""
+
     def __init__(self, args: argparse.Namespace, key: str) -> None:
         super().__init__(args, key)
-        self.chats: dict[int, dict] = {}
+        self.rng = random.Random(args.seed)
+        self.chats = [self.new_chat(slot, 0) for slot in range(args.chats)]
+        self.idle = set(range(args.chats))
+        self.asking: dict[int, int] = {}  # client: the chat slot its stream is a turn of
+
+    def new_chat(self, slot: int, count: int) -> dict:
+        opening = [{"role": "system", "content": SHARED_SYSTEM}]
+        chat_id = f"chat-{self.args.seed}-{slot}-{count}"
+        return {"id": chat_id, "count": count, "turns": 0, "length": self.rng.randint(4, 10), "messages": opening}
 
     def next_chat(self, n: int, rng: random.Random) -> tuple[str, list[dict]]:
-        chat = self.chats.get(n)
-        if chat is None or chat["turns"] == chat["length"]:
-            count = (chat or {}).get("count", -1) + 1
-            opening = [{"role": "system", "content": SHARED_SYSTEM}]
-            chat = {
-                "id": f"chat-{self.args.seed}-{n}-{count}",
-                "count": count,
-                "turns": 0,
-                "length": rng.randint(4, 10),
-            }
-            chat = self.chats[n] = {**chat, "messages": opening}
+        slot = rng.choice(sorted(self.idle))  # --chats > --clients: never empty
+        self.idle.discard(slot)
+        self.asking[n] = slot
+        chat = self.chats[slot]
         chat["messages"].append({"role": "user", "content": text(rng, rng.randint(20, 60), "u")})
         chat["turns"] += 1
         return chat["id"], list(chat["messages"])
 
     def answered(self, n: int, line: dict) -> None:
-        chat = self.chats[n]
+        slot = self.asking.pop(n)
+        chat = self.chats[slot]
         if line["whole"]:  # the answer as the stand-in streamed it: one "tok" per token
             chat["messages"].append({"role": "assistant", "content": " ".join(["tok"] * line["got"])})
         else:  # no answer: the turn is asked again
             chat["messages"].pop()
             chat["turns"] -= 1
+        if chat["turns"] == chat["length"]:
+            self.chats[slot] = self.new_chat(slot, chat["count"] + 1)
+        self.idle.add(slot)
 
 
 def run_load(args, workload: str, seed: int, port: int, ca: Path | None, tmp: Path, engines: dict[str, int]) -> dict:
@@ -200,7 +218,7 @@ def run_load(args, workload: str, seed: int, port: int, ca: Path | None, tmp: Pa
     load_args = argparse.Namespace(
         ca=str(ca) if ca else None, out=str(out), samples=str(samples), stop=str(stop), host="127.0.0.1", port=port,
         clients=args.clients, tokens=args.tokens, hot_clients=0, sessions=1, seed=seed, session_prefix="",
-        system_prompts=args.system_prompts, system_words=args.system_words,
+        system_prompts=args.system_prompts, system_words=args.system_words, users=args.users, chats=args.chats,
     )  # fmt: skip
     load = (SharedPrompts if workload == "shared-prompts" else MultiTurn)(load_args, live_proxies.GATEWAY_KEY)
     sampler = Sampler(engines)
@@ -390,9 +408,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=20.0)
     parser.add_argument("--prefill-ms-per-token", type=float, default=0.2)
-    parser.add_argument("--cache-blocks", type=int, default=160, help="the prefix cache model's blocks per box")
-    parser.add_argument("--system-prompts", type=int, default=12)
-    parser.add_argument("--system-words", type=int, default=500)
+    parser.add_argument("--cache-blocks", type=int, default=256, help="the prefix cache model's blocks per box")
+    parser.add_argument("--system-prompts", type=int, default=16)
+    parser.add_argument("--system-words", type=int, default=600)
+    parser.add_argument("--users", type=int, default=240, help="shared-prompts: users, each of one application")
+    parser.add_argument("--chats", type=int, default=30, help="multi-turn: chats at once (more than --clients)")
     parser.add_argument("--policies", default=DEFAULT_POLICIES)
     parser.add_argument(
         "--seeds", default="47", help="the workload's draws (prompts, names: where the hash puts them), comma-separated"
@@ -416,8 +436,12 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--seeds: at least one")
     if unknown := [name for name in workloads if name not in WORKLOADS]:
         parser.error(f"--workloads: unknown {unknown}; known: {list(WORKLOADS)}")
-    if args.cache_blocks < 1 or args.system_prompts < 1 or args.clients < 1:
-        parser.error("--cache-blocks, --system-prompts and --clients must be 1 or more")
+    if min(args.cache_blocks, args.system_prompts, args.clients, args.users) < 1:
+        parser.error("--cache-blocks, --system-prompts, --clients and --users must be 1 or more")
+    if args.chats <= args.clients:
+        parser.error(
+            f"--chats ({args.chats}) must be more than --clients ({args.clients}): a chat waits for its answer"
+        )
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     procs: list[subprocess.Popen] = []
@@ -471,7 +495,8 @@ def main(argv: list[str] | None = None) -> int:
         .split(" - ")[0],
         "vllm_router": ROUTER_VERSION if any("router" in POLICIES[p] for p in policies) else None,
         "load": {
-            k: getattr(args, k) for k in ("seconds", "warmup", "clients", "tokens", "system_prompts", "system_words")
+            k: getattr(args, k)
+            for k in ("seconds", "warmup", "clients", "tokens", "system_prompts", "system_words", "users", "chats")
         }
         | {"seeds": seeds},
         "stand_in": {k: getattr(args, k) for k in ("ttft_ms", "itl_ms", "prefill_ms_per_token", "cache_blocks")}

@@ -616,7 +616,9 @@ def placement_load_report(
         f" {box['prefill_ms_per_token']:g} ms per uncached token), {load['clients']} closed-loop clients, "
         f"{load['seconds']:g} s per policy and workload, figures after {load['warmup']:g} s.",
         f"shared-prompts: {load['system_prompts']} system prompts of {load['system_words']} words, one per application,"
-        " a new short question each time; multi-turn: chats that grow turn by turn (4-10 turns). The gateway's",
+        f" each stream a new short question of one of {load.get('users', '-')} users; multi-turn:"
+        f" {load.get('chats', '-')} chats at once that grow turn by turn (4-10 turns), each stream a turn of one."
+        " The gateway's",
         "policies pass HAProxy and nginx with TLS; vllm-router's reach the router over plain HTTP, then the same",
         "nginx front doors over TLS: compare its TTFT with vllm-router-rr (the same path, round-robin), its hit rate",
         "and balance with all.",
