@@ -19,7 +19,7 @@ that started after --warmup: the load per box (mean streams in flight, sampled e
 busiest box over the mean (the bound: 1.25), and the share of each session's streams that its most frequent
 box served (the goal: 0.9), over all sessions and over all but "hot". Variants:
   no bound       hash-balance-factor off (llm_gateway_hash_balance_factor 0): consistent hashing alone;
-  default        the role's defaults (llm_gateway_hash_balance_factor 120);
+  default        the role's defaults (llm_gateway_hash_balance_factor 120); every variant places by session;
   factor 125     the default before this bench (HAProxy's rounding let a box carry 1.31x the mean);
   factor 150     llm_gateway_hash_balance_factor 150.
 What is real: nginx and HAProxy from Debian's archive with the roles' files, the fleet's client. What is
@@ -47,12 +47,15 @@ live_proxies = proxy_load.live_proxies
 ROOT = proxy_load.ROOT
 
 BOXES = [f"gpubox-m-fleet-box{n}" for n in (1, 2, 3)]
-# name: the role's variables over its defaults (and over proxy_load's raised limits)
+# name: the role's variables over its defaults (and over proxy_load's raised limits). Every variant places by the
+# session header (llm_gateway_placement session): this bench is about that affinity against the load bound
+# (bench/placement_load.py compares the placements).
+SESSION = {"llm_gateway_placement": "session"}
 VARIANTS: dict[str, dict] = {
-    "no bound": {"llm_gateway_hash_balance_factor": 0},
-    "default": {},
-    "factor 125": {"llm_gateway_hash_balance_factor": 125},
-    "factor 150": {"llm_gateway_hash_balance_factor": 150},
+    "no bound": {**SESSION, "llm_gateway_hash_balance_factor": 0},
+    "default": {**SESSION},
+    "factor 125": {**SESSION, "llm_gateway_hash_balance_factor": 125},
+    "factor 150": {**SESSION, "llm_gateway_hash_balance_factor": 150},
 }
 
 
