@@ -119,11 +119,14 @@ bench: venv
 # Streams direct, through the front door and through the gateway (real nginx and HAProxy on loopback, the
 # engine stand-in), by our client (bench/proxy-load.json) and by guidellm (bench/guidellm-load.json; its own
 # venv under $(CACHE), made on the first run); the load bound against affinity over three stand-in boxes
-# (bench/affinity-load.json); then bench/results.md. Needs nginx and haproxy (Debian's packages).
+# (bench/affinity-load.json); placement policies against the prefix cache (bench/placement-load.json; vllm-router's
+# venv under $(CACHE) when made, see bench/placement_load.py); then bench/results.md. Needs nginx and haproxy
+# (Debian's packages).
 bench-load: venv
 	$(PY) bench/proxy_load.py
 	$(PY) bench/guidellm_load.py
 	$(PY) bench/affinity_load.py
+	$(PY) bench/placement_load.py
 	$(PY) bench/report.py --out bench/results.md
 
 assertions: venv

@@ -30,10 +30,10 @@ lucky or not, so more draws show the spread. Policies:
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
   prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
   prefix-aware-256  the same with llm_gateway_prefix_bytes: 256 (the role's default: 1024);
-  vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox) with
-                 --policy cache_aware, over the same front doors (HTTPS, the boxes' certificates trusted through
-                 SSL_CERT_FILE); the client reaches it over plain HTTP (another path: no TLS to the router, no
-                 HAProxy; its hit rate and balance compare as they are);
+  vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox, made on
+                 the first run) with --policy cache_aware, over the same front doors (HTTPS, the boxes'
+                 certificates trusted through SSL_CERT_FILE); the client reaches it over plain HTTP (another
+                 path: no TLS to the router, no HAProxy; its hit rate and balance compare as they are);
   vllm-router-rr the same router with --policy round_robin: the control for that path's TTFT.
 Figures per workload and policy, over the streams that started after --warmup and the counters from then to
 the end: the prefix-cache hit rate (vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total, read
@@ -292,13 +292,20 @@ def healthy(port: int) -> bool:
 
 
 def router_binary() -> Path:
-    binary = ROUTER_VENV / "bin" / "vllm-router"
-    if not binary.exists():
-        raise live_proxies.Missing(
-            f"vllm-router is not installed: python3 -m venv {ROUTER_VENV} && "
-            f"{ROUTER_VENV}/bin/pip install vllm-router=={ROUTER_VERSION} (or leave it out with --policies)"
-        )
-    return binary
+    """vllm-router's own environment, made once (as bench/guidellm_load.py makes guidellm's): the marker is written
+    last, so an interrupted install is made again from nothing."""
+    marker, want = ROUTER_VENV / ".gpubox-installed", f"vllm-router=={ROUTER_VERSION}\n"
+    if not (marker.exists() and marker.read_text() == want):
+        subprocess.run(["rm", "-rf", str(ROUTER_VENV)], check=True)
+        subprocess.run([sys.executable, "-m", "venv", str(ROUTER_VENV)], check=True)
+        pip = [str(ROUTER_VENV / "bin" / "pip"), "install", "-q", "--disable-pip-version-check"]
+        if subprocess.run([*pip, want.strip()]).returncode != 0:
+            raise live_proxies.Missing(
+                f"vllm-router=={ROUTER_VERSION} did not install into {ROUTER_VENV} (PyPI reachable?); "
+                "leave vllm-router and vllm-router-rr out with --policies"
+            )
+        marker.write_text(want)
+    return ROUTER_VENV / "bin" / "vllm-router"
 
 
 def start_router(policy: str, boxes: list, tmp: Path) -> tuple[subprocess.Popen, int]:
