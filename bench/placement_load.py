@@ -24,7 +24,7 @@ The defaults size the cache so that the pool's three boxes together hold each wo
 box does not (shared-prompts: 16 prompts of about 38 blocks, 608 blocks, against 256 a box).
 Each workload runs once per policy and --seeds draw, the boxes' caches emptied before (vLLM's POST
 /reset_prefix_cache), the same draws for every policy, one after the other in one run; a draw (the seed) sets the
-prompts' texts and the session names, so where a hash puts them: with a dozen keys over three boxes one draw can be
+prompts' texts and the session names, so where a hash puts them: with 16 prompts over three boxes one draw can be
 lucky or not, so more draws show the spread. Policies:
   round-robin    the gateway (HAProxy with roles/llm_gateway's file) with llm_gateway_placement: round-robin;
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);

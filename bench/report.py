@@ -691,7 +691,7 @@ def placement_draws_lines(data: dict) -> list[str]:
     """A second run of bench/placement_load.py with several draws: each draw's hit rate and busiest box per policy."""
     seeds = data["load"].get("seeds", [])
     lines = [
-        f"Draws (`{data['command']}`, {data['when']}, the same settings but {data['load']['seconds']:g} s per load):"
+        f"Draws (`{data['command']}`, {data['when']}, the defaults above, {data['load']['seconds']:g} s per load):"
         f" seeds {', '.join(map(str, seeds))}, each the prompts' texts and session names, so where a hash puts them.",
         "",
         "| workload | policy | hit rate per draw (busiest / mean) | mean hit rate |",
