@@ -167,9 +167,7 @@ def main(argv: list[str] | None = None) -> int:
                 live_proxies.stop(proc)
     record = {
         **proxy_load.provenance("affinity_load.py", argv),
-        "haproxy": subprocess.run([live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True)
-        .stdout.splitlines()[0]
-        .split(" - ")[0],
+        "haproxy": proxy_load.haproxy_version(),
         "load": {
             k: getattr(args, k)
             for k in ("seconds", "warmup", "clients", "hot_clients", "sessions", "tokens", "placements")

@@ -497,9 +497,7 @@ def main(argv: list[str] | None = None) -> int:
                 live_proxies.stop(proc)
     record = {
         **proxy_load.provenance("placement_load.py", argv),
-        "haproxy": subprocess.run([live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True)
-        .stdout.splitlines()[0]
-        .split(" - ")[0],
+        "haproxy": proxy_load.haproxy_version(),
         "vllm_router": ROUTER_VERSION if any("router" in POLICIES[p] for p in policies) else None,
         "load": {
             k: getattr(args, k)

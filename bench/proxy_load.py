@@ -171,6 +171,12 @@ def provenance(script: str, argv: list[str] | None) -> dict:
     }
 
 
+def haproxy_version() -> str:
+    """The HAProxy a bench ran, as its `haproxy -v` first line names it (e.g. "HAProxy version 2.6.12-1+deb12u4")."""
+    out = subprocess.run([live_proxies.haproxy_binary(), "-v"], capture_output=True, text=True).stdout
+    return out.splitlines()[0].split(" - ")[0]
+
+
 def start_paths(tmp: Path, ttft_ms: float, itl_ms: float, procs: list[subprocess.Popen]) -> dict[str, tuple[int, bool]]:
     """The stand-in, the front door before it and the gateway before that (each appended to ``procs``, for the
     caller to stop): {path: (port, TLS)} for "direct", "front door" and "gateway"."""
