@@ -279,7 +279,7 @@ def start_gateway(
     edit: Callable[[str], str] | None = None,
     pools: dict[str, str] | None = None,
     tenant_models: dict[str, list[str] | None] | None = None,
-    body_max_bytes: int = 4 << 20,
+    body_max_bytes: int = 1 << 20,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
     ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts, each a key (tenant

@@ -231,7 +231,7 @@ def test_haproxy_file_limits_clients_forwards_the_client_and_answers_json():
         < next(i for i, x in enumerate(frontend) if x.endswith(" if gpubox_path_not_normal"))
         < frontend.index("http-request deny deny_status 404 unless { path_beg /v1/ }")
         < frontend.index("http-request deny deny_status 401 unless { var(txn.gpubox_tenant) -m found }")
-        < frontend.index("http-request lua.gpubox_route 1024 65536")
+        < frontend.index("http-request lua.gpubox_route 1024 1048576")
         < frontend.index("use_backend pool_qwen14b if { var(txn.gpubox_model) -m str qwen14b }")
     )
     # Routed by the body's model to its pool; each tenant's /v1/models and grants from its models.
