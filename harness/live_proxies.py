@@ -322,7 +322,6 @@ def start_gateway(
                 "llm_gateway_port": port,
                 "llm_gateway_bind_address": "127.0.0.1",
                 "llm_gateway_check_interval_ms": 200,
-                "__llm_gateway_servers": plan["servers"],
                 "__llm_gateway_plan": plan,
                 "__llm_gateway_max_body_bytes": body_max_bytes,
                 "__llm_gateway_lua": str(tmp / "gpubox_route.lua"),

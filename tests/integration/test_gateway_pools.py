@@ -260,25 +260,35 @@ def test_bad_bodies_are_refused_at_the_gateway(fleet: dict, body: bytes, status:
     assert _seen(fleet) == before
 
 
+def _refused_while_sending(port: int, path: str, framing: str, pieces: list[bytes]) -> tuple[bytes, dict]:
+    """(status line and header fields, JSON body) of the answer to a POST whose body (``pieces`` after the header
+    line ``framing``) the gateway may refuse before it has it all: the pieces sent until HAProxy closes, then the
+    answer read."""
+    raw = socket.create_connection(("127.0.0.1", port), timeout=30)
+    with live_proxies.unverified_tls().wrap_socket(raw, server_hostname="localhost") as conn:
+        conn.sendall(
+            f"POST {path} HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {KEY_OPS}\r\n{framing}\r\n\r\n".encode()
+        )
+        with contextlib.suppress(ssl.SSLError, ConnectionError):  # HAProxy answers and closes before the end
+            for piece in pieces:
+                conn.sendall(piece)
+        answer = b""
+        with contextlib.suppress(ssl.SSLError, ConnectionError):
+            while chunk := conn.recv(65536):
+                answer += chunk
+    head, _, body = answer.partition(b"\r\n\r\n")
+    return head, json.loads(body) if head.startswith(b"HTTP/1.1 4") else {}
+
+
 def test_a_body_announced_over_the_bound_is_refused_before_it_is_read(fleet: dict) -> None:
     """A model of 10 MB: the gateway answers 413 on the Content-Length, before reading the body (the client sees the
     answer once it has sent a part of it)."""
     before = _seen(fleet)
-    raw = socket.create_connection(("127.0.0.1", fleet["port"]), timeout=30)
-    with live_proxies.unverified_tls().wrap_socket(raw, server_hostname="localhost") as conn:
-        body_start = b'{"model": "' + b"x" * 100
-        conn.sendall(
-            b"POST /v1/chat/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
-            + f"Authorization: Bearer {KEY_OPS}\r\nContent-Length: {(10 << 20) + 13}\r\n\r\n".encode()
-            + body_start
-        )
-        answer = b""
-        with contextlib.suppress(ssl.SSLError, ConnectionError):  # HAProxy closes once it has answered
-            while chunk := conn.recv(65536):
-                answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
+    framing = f"Content-Length: {(10 << 20) + 13}"
+    head, body = _refused_while_sending(fleet["port"], "/v1/chat/completions", framing, [b'{"model": "' + b"x" * 100])
     assert head.startswith(b"HTTP/1.1 413"), head
-    assert json.loads(body)["error"]["code"] == "request_too_large"
+    assert body["error"]["code"] == "request_too_large"
     assert _seen(fleet) == before
 
 
@@ -286,24 +296,11 @@ def test_a_chunked_body_over_the_bound_is_refused(fleet: dict) -> None:
     """No Content-Length: the gateway reads until its buffer is full; a body whose object has not ended by the bound
     is 413 (the client sees the answer while it is still sending)."""
     before = _seen(fleet)
-    raw = socket.create_connection(("127.0.0.1", fleet["port"]), timeout=30)
-    with live_proxies.unverified_tls().wrap_socket(raw, server_hostname="localhost") as conn:
-        conn.sendall(
-            b"POST /v1/completions HTTP/1.1\r\nHost: gateway\r\nContent-Type: application/json\r\n"
-            + f"Authorization: Bearer {KEY_OPS}\r\nTransfer-Encoding: chunked\r\n\r\n".encode()
-        )
-        piece = b'{"messages": "' + b"x" * (64 << 10)
-        with contextlib.suppress(ssl.SSLError, ConnectionError):  # HAProxy answers and closes before the end
-            for _ in range(40):  # 2.5 MiB, over the 1 MiB bound
-                conn.sendall(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
-                piece = b"x" * (64 << 10)
-        answer = b""
-        with contextlib.suppress(ssl.SSLError, ConnectionError):
-            while chunk := conn.recv(65536):
-                answer += chunk
-    head, _, body = answer.partition(b"\r\n\r\n")
+    data = [b'{"messages": "' + b"x" * (64 << 10)] + [b"x" * (64 << 10)] * 39  # 2.5 MiB, over the 1 MiB bound
+    chunks = [f"{len(d):x}\r\n".encode() + d + b"\r\n" for d in data]
+    head, body = _refused_while_sending(fleet["port"], "/v1/completions", "Transfer-Encoding: chunked", chunks)
     assert head.startswith(b"HTTP/1.1 413"), head
-    assert json.loads(body)["error"]["code"] == "request_too_large"
+    assert body["error"]["code"] == "request_too_large"
     assert _seen(fleet) == before
 
 

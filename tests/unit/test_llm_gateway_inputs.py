@@ -187,7 +187,6 @@ def gateway_templar(knobs: dict | None = None):
         groups=("fleet_cache",),
         extra_vars={
             "ansible_managed": "managed by a test",
-            "__llm_gateway_servers": PLAN["servers"],
             "__llm_gateway_plan": PLAN,
             **(knobs or {}),
         },
