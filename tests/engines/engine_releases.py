@@ -1,7 +1,7 @@
 """What tests/engines knows of each vLLM release that its engine cannot tell: data, one ``Known`` per release.
 
 The request guard (roles/vllm_service/files/gpubox_vllm_guard.py) is checked inside each release's own app:
-tests/unit/test_vllm_guard.py's EFFECT_PROBES go to every POST route the app registers (no data needed), and the
+tests/unit/test_vllm_guard.py's IN_APP_PROBES go to every POST route the app registers (no data needed), and the
 cases below go to the routes each release added, each a body that route's own request model takes. A release's
 request models and the fields of the guard it lacks are data too: a renamed field would pass unguarded. A stack whose
 release has no entry here fails test_the_guard_is_checked_against_every_stacks_release, naming this file.

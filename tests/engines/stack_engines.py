@@ -18,10 +18,12 @@ path in GPUBOX_VLLMXYZ_VENV.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import re
 import subprocess
+import tempfile
 import time
 import venv
 from dataclasses import dataclass
@@ -89,15 +91,56 @@ class Engine:
     def script(self, code: str | None, *argv: str, stdin: str | None = None) -> Any:
         """``python -c code argv`` (in_engine.py when code is None) in the venv, with the request guard's directory
         (roles/vllm_service/files, as the unit's PYTHONPATH on the box) and in_engine.py's on PYTHONPATH and no
-        VLLM_API_KEY; the JSON of its last line. A failure shows the end of its stderr."""
+        VLLM_API_KEY: a fork of the stack's fork_server.py, which imported the release once; the JSON of its last
+        line. A failure shows the end of its stderr."""
+        server = _server(self)
+        server.stdin.write(json.dumps({"argv": list(argv), "code": code, "stdin": stdin}) + "\n")
+        server.stdin.flush()
+        line = server.stdout.readline()
+        assert line, f"{self.stack.name}'s fork server ended: {_server_log(self)[-3000:]}"
+        out = json.loads(line)
+        assert out["rc"] == 0, out["stderr"][-3000:]
+        return json.loads(out["stdout"].strip().splitlines()[-1])
+
+
+_SERVERS: dict[str, subprocess.Popen] = {}
+
+
+def _server(engine: Engine) -> subprocess.Popen:
+    """The stack's fork_server.py, started once a session (it ends when pytest closes its stdin at exit)."""
+    name = engine.stack.name
+    if name not in _SERVERS:
         env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
         env["PYTHONPATH"] = os.pathsep.join((str(GUARD_DIR), str(HERE)))
-        head = ["-c", code] if code is not None else [str(HERE / "in_engine.py")]
-        out = subprocess.run(
-            [str(self.python), *head, *argv], input=stdin, capture_output=True, text=True, timeout=600, env=env
-        )
-        assert out.returncode == 0, out.stderr[-3000:]
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        log = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - read while the server runs, closed at exit
+        server = subprocess.Popen(
+            [str(engine.python), str(HERE / "fork_server.py")],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True, env=env,
+        )  # fmt: skip
+        _LOGS[name] = log
+        _SERVERS[name] = server
+        atexit.register(_stop, server)
+        ready = server.stdout.readline()
+        assert ready, f"{name}'s fork server did not start: {_server_log(engine)[-3000:]}"
+    return _SERVERS[name]
+
+
+_LOGS: dict[str, Any] = {}
+
+
+def _server_log(engine: Engine) -> str:
+    log = _LOGS[engine.stack.name]
+    log.seek(0)
+    return log.read()
+
+
+def _stop(server: subprocess.Popen) -> None:
+    if server.poll() is None:
+        server.stdin.close()
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            server.kill()
 
 
 def pins_report(stack: stacks.Stack, python: Path) -> dict[str, Any]:

@@ -3,7 +3,7 @@
 For every stack (the ``engine`` fixture), the release's app is built without an engine (in_engine.py's ``build``)
 from its own parser, with the guard loaded by ``--middleware`` from roles/vllm_service/files on PYTHONPATH, as the
 unit's PYTHONPATH does on the box. Every POST route it registers refuses each class of
-tests/unit/test_vllm_guard.py's EFFECT_PROBES, naming the field; each of the release's cases
+tests/unit/test_vllm_guard.py's IN_APP_PROBES, naming the field; each of the release's cases
 (engine_releases.KNOWN) reaches the route's handler in the app without the guard (the control) and is refused, or
 passed on, by the app with it. The fields the guard reads are the release's request models' fields, but for those
 another release has.
@@ -51,7 +51,7 @@ def test_the_guard_is_checked_against_every_stacks_release() -> None:
 
 def test_the_guard_bounds_each_effect_on_every_route_of_the_releases_app(engine: Engine) -> None:
     """Every POST route of the release's app (0.32.0: responses, batch chat, Anthropic messages, scoring, ...) refuses
-    each class of EFFECT_PROBES, naming the field; each case of the release is taken by its own request model in the
+    each class of IN_APP_PROBES, naming the field; each case of the release is taken by its own request model in the
     app without the guard (it reaches the route's handler) and refused, or passed on, by the app with it."""
     known = KNOWN[engine.release]
     script = IN_APP_SCRIPT.format(build="from in_engine import build", guard=REQUEST_TEMPLATE_GUARD)

@@ -320,28 +320,37 @@ def nested(depth: int) -> dict:
 
 DEPTH = guard.MAX_GRAMMAR_NESTING
 
-# The refused classes, one body each, with the field the refusal names; the in-app tests (tests/engines)
-# send them to every POST route of each release's own app.
-EFFECT_PROBES = {
-    # guided decoding through a tool: a named tool_choice (0.7.3, 0.32.0), "required" (0.32.0), none given ("auto")
-    "tool_named": ({"tools": [CHAT_TOOL], "tool_choice": NAMED}, "tools"),
-    "tool_required": ({"tools": [CHAT_TOOL], "tool_choice": "required"}, "tools"),
-    "structured_outputs": ({"structured_outputs": {"json": HUGE_SCHEMA}}, "structured_outputs"),
-    "response_format_object": (
-        {"guided_regex": HALF, "response_format": {"type": "json_schema", "json_schema": {"schema": HALF}}},
-        "response_format",
-    ),
-    "text_format": ({"text": {"format": {"type": "json_schema", "name": "s", "schema": HUGE_SCHEMA}}}, "text.format"),
-    # fan-out: hundreds of thousands of prompts in one body; token-id prompts; conversations of the batch route
-    "prompt_list": ({"prompt": ["x"] * 300_000}, "prompt"),
-    "token_prompts": ({"prompt": [[1, 2, 3]] * 9}, "prompt"),
-    "prompts_times_n": ({"prompt": ["x", "y"], "n": 8}, "prompt"),
-    "conversations": ({"messages": [[{"role": "user", "content": "hi"}]] * 9}, "messages"),
-    # the backend is the server's
-    "backend": ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
-    # a grammar nested deeper than vLLM 0.32.0 compiles (sampling_params.py 36), small in bytes
-    "deep_schema": ({"guided_json": nested(DEPTH + 20)}, "guided_json"),
-}
+
+def effect_probes(schema: dict) -> dict:
+    """The refused classes, one body each, with the field the refusal names; the grammar classes carry ``schema``."""
+    return {
+        # guided decoding through a tool: a named tool_choice (0.7.3, 0.32.0), "required" (0.32.0), none given ("auto")
+        "tool_named": ({"tools": [chat_tool(parameters=schema)], "tool_choice": NAMED}, "tools"),
+        "tool_required": ({"tools": [chat_tool(parameters=schema)], "tool_choice": "required"}, "tools"),
+        "structured_outputs": ({"structured_outputs": {"json": schema}}, "structured_outputs"),
+        "response_format_object": (
+            {"guided_regex": HALF, "response_format": {"type": "json_schema", "json_schema": {"schema": HALF}}},
+            "response_format",
+        ),
+        "text_format": ({"text": {"format": {"type": "json_schema", "name": "s", "schema": schema}}}, "text.format"),
+        # fan-out: hundreds of thousands of prompts in one body; token-id prompts; conversations of the batch route
+        "prompt_list": ({"prompt": ["x"] * 300_000}, "prompt"),
+        "token_prompts": ({"prompt": [[1, 2, 3]] * 9}, "prompt"),
+        "prompts_times_n": ({"prompt": ["x", "y"], "n": 8}, "prompt"),
+        "conversations": ({"messages": [[{"role": "user", "content": "hi"}]] * 9}, "messages"),
+        # the backend is the server's
+        "backend": ({"guided_decoding_backend": "outlines"}, "guided_decoding_backend"),
+        # a grammar nested deeper than vLLM 0.32.0 compiles (sampling_params.py 36), small in bytes
+        "deep_schema": ({"guided_json": nested(DEPTH + 20)}, "guided_json"),
+    }
+
+
+# The classes at the hostile round's sizes. The in-app tests (tests/engines) send each class to every POST route of
+# each release's own app at 4 times the bound (in_app_job): how the guard treats a grammar's size is proven here, on
+# every size; there, that no route of the app is left out (90 times the bound took some 200 ms a body on every route).
+EFFECT_PROBES = effect_probes(HUGE_SCHEMA)
+IN_APP_PROBES = effect_probes(schema_of(4 * BOUND))
+
 # What passes the guard: the same payloads where they ask for no grammar or no fan-out.
 EFFECT_CONTROLS = {
     "tool_none": {"tools": [CHAT_TOOL], "tool_choice": "none"},
@@ -539,7 +548,7 @@ def guard_param(answer: list) -> str | None:
 
 def in_app_job(cases: dict) -> str:
     """The JSON the in-app script reads: the sweep (EFFECT_PROBES' bodies) and the release's cases."""
-    sweep = {name: {"model": "m", **body} for name, (body, _param) in EFFECT_PROBES.items()}
+    sweep = {name: {"model": "m", **body} for name, (body, _param) in IN_APP_PROBES.items()}
     return json.dumps({"sweep": sweep, "cases": {name: [path, body] for name, (path, body, _) in cases.items()}})
 
 
