@@ -4,7 +4,7 @@
 Usage: route_check.py URL CAFILE KEYFILE MODEL_A MODEL_B [REQUESTS]
 
 Sends REQUESTS (default 1000) completions through the gateway, alternating MODEL_A and MODEL_B, from 4 workers
-on kept-alive connections, paced to about 60 a second (within the boxes' tenant limits); every tenth body is
+on kept-alive connections, paced to about 60 a second (within the boxes' tenant limits); every fiftieth body is
 about 1 MiB of prompt with "model" written last. A request is misrouted when the answer names another model than
 the one asked for (each engine answers with its served name). Then the gateway's own answers: /v1/models lists
 both models, an unknown model is 404, a body without a model or not JSON is 400. Prints one JSON line of counts;
@@ -34,7 +34,7 @@ def _post(conn: http.client.HTTPSConnection, key: str, body: bytes, path: str = 
 
 
 def _body(model: str, n: int) -> bytes:
-    prompt = f"route check {n} " + ("x " * (512 * 1024 - 512) if n % 10 == 0 else "")
+    prompt = f"route check {n} " + ("x " * (512 * 1024 - 512) if n % 50 == 0 else "")
     return (json.dumps({"prompt": prompt, "max_tokens": 1})[:-1] + f', "model": {json.dumps(model)}}}').encode()
 
 
