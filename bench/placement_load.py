@@ -30,6 +30,8 @@ lucky or not, so more draws show the spread. Policies:
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
   prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
   prefix-aware-256  the same with llm_gateway_prefix_bytes: 256 (the role's default: 1024);
+  prefix-aware-150, prefix-aware-unbounded  the same with llm_gateway_hash_balance_factor 150, or 0 (no bound; the
+                 role's default: 120): what the load bound costs the cache (not in the default --policies);
   vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox, made on
                  the first run) with --policy cache_aware, over the same front doors (HTTPS, the boxes'
                  certificates trusted through SSL_CERT_FILE); the client reaches it over plain HTTP (another
@@ -38,7 +40,11 @@ lucky or not, so more draws show the spread. Policies:
 Figures per workload and policy, over the streams that started after --warmup and the counters from then to
 the end: the prefix-cache hit rate (vllm:prefix_cache_hits_total over vllm:prefix_cache_queries_total, read
 from each box's /metrics, as the real engine's are read), TTFT p50/p99 at the client, the load per box (its
-vllm:num_requests_running, sampled each second) and the busiest box over the mean (the bound: 1.25).
+vllm:num_requests_running, sampled each second) and the busiest box over the mean (the bound: 1.25); and where
+the streams went (the box each answer names): of each application's (shared-prompts) or chat's (multi-turn)
+streams, the share on its most frequent box ("own_box_share": what the load bound and the key's changes move
+away), and for shared-prompts how many applications have each box as their most frequent ("apps_per_box": how
+the hash spread the 16 prompts).
 The gateway's rendered file is checked to hold the policy's balance line, so that a knob the role does not
 know yet cannot pass for a policy. --real-engine instead starts vLLM 0.32 for CPUs (~/.cache/gpubox/
 vllm032-venv, made by `make engines`) with the tiny test model, sends one prompt twice and reads the same counters.
@@ -51,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import functools
 import json
 import os
 import random
@@ -89,6 +96,16 @@ POLICIES: dict[str, dict] = {
     "prefix-aware-256": {
         "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_prefix_bytes": 256},
         "expect": [PREFIX, "lua.gpubox_route 256 "],
+    },
+    # what the load bound costs the cache (not the role's default: the busiest box may go past 1.25x the mean)
+    "prefix-aware-150": {
+        "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 150},
+        "expect": [PREFIX, "hash-balance-factor 150"],
+    },
+    "prefix-aware-unbounded": {
+        "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 0},
+        "expect": [PREFIX],
+        "absent": ["hash-balance-factor"],
     },
     "vllm-router": {"router": "cache_aware"},
     "vllm-router-rr": {"router": "round_robin"},
@@ -231,15 +248,42 @@ def run_load(args, workload: str, seed: int, port: int, ca: Path | None, tmp: Pa
     finally:
         timer.cancel()
         last = sampler.stop()
-    return figures(stream_load.read_jsonl(str(out)), sampler.samples, last, started + args.warmup)
+    lines = stream_load.read_jsonl(str(out))
+    start = started + args.warmup
+    group = functools.partial(application, args.system_prompts) if workload == "shared-prompts" else None
+    return figures(lines, sampler.samples, last, start) | where(lines, start, group)
+
+
+def application(prompts: int, session: str) -> int:
+    """The application (its system prompt) of a shared-prompts stream's session, "user-<seed>-<user>"."""
+    return int(session.rsplit("-", 1)[1]) % prompts
+
+
+def where(lines: list[dict], start: float, group=None) -> dict:
+    """Where the streams after ``start`` went: of each group's (``group(session)``, else the session: an
+    application's or a chat's) answered streams, the share on its most frequent box; with ``group``, how many
+    groups have each box as their most frequent."""
+    counts: dict = {}
+    for line in lines:
+        if line["t"] >= start and line["status"] == 200 and line["box"]:
+            key = group(line["session"]) if group else line["session"]
+            box = counts.setdefault(key, {})
+            box[line["box"]] = box.get(line["box"], 0) + 1
+    out: dict = {"own_box_share": stream_load.share(counts.values())}
+    if group:
+        mains = [max(boxes, key=boxes.get) for boxes in counts.values()]
+        out["apps_per_box"] = {
+            box: mains.count(box) for box in sorted({*mains, *(b for c in counts.values() for b in c)})
+        }
+    return out
 
 
 def summary(draws: list[dict]) -> dict:
     """The first draw's figures; with more draws, each one's headline figures too, and the mean hit rate."""
     out = dict(draws[0])
     if len(draws) > 1:
-        keys = ("seed", "hit_rate", "ttft_p50_ms", "ttft_p99_ms", "busiest_over_mean")
-        out["draws"] = [{k: d[k] for k in keys} for d in draws]
+        keys = ("seed", "hit_rate", "ttft_p50_ms", "ttft_p99_ms", "busiest_over_mean", "own_box_share", "apps_per_box")
+        out["draws"] = [{k: d[k] for k in keys if k in d} for d in draws]
         rates = [d["hit_rate"] for d in draws if d["hit_rate"] is not None]
         out["hit_rate_mean"] = round(statistics.fmean(rates), 3) if rates else None
     return out
@@ -274,10 +318,12 @@ def start_gateway(tmp: Path, policy: str, boxes: list) -> tuple[subprocess.Popen
         tmp, 0, Path(), {**proxy_load.HIGH_LIMITS_GATEWAY, **spec["knobs"]}, log=tmp / "haproxy.log", boxes=boxes
     )
     conf = (tmp / "haproxy.cfg").read_text()
-    if missing := [line for line in spec["expect"] if line not in conf]:
+    missing = [line for line in spec["expect"] if line not in conf]
+    missing += [f"no {line!r}" for line in spec.get("absent", []) if line in conf]
+    if missing:
         live_proxies.stop(gateway)
         raise live_proxies.Missing(
-            f"{policy}: the rendered gateway file has no {missing} ({spec['knobs']} not known to "
+            f"{policy}: the rendered gateway file does not match: {missing} ({spec['knobs']} not known to "
             "roles/llm_gateway at this commit?); leave it out with --policies"
         )
     return gateway, port

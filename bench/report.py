@@ -632,23 +632,33 @@ def placement_load_report(
             " rate (busiest / mean) and their mean."
         )
     lines.append("")
+    if any("own_box_share" in r for p in data["results"].values() for r in p.values()):
+        lines += [
+            "own box: of each application's (shared-prompts) or chat's (multi-turn) streams, the share on its most",
+            "frequent box; apps per box: how many applications have each box as their most frequent (the hash's spread",
+            "of the prompts).",
+            "",
+        ]
     for workload, policies in data["results"].items():
         draws = any("draws" in r for r in policies.values())
+        own = any("own_box_share" in r for r in policies.values())
         lines += [
             f"{workload}:",
             "",
             "| policy | streams | failed | hit rate | TTFT p50 ms | TTFT p99 ms | busiest / mean |"
-            + (" draws: hit rate (busiest / mean); mean |" if draws else ""),
-            "|---|---:|---:|---:|---:|---:|---:|" + ("---|" if draws else ""),
+            + (" own box |" if own else "")
+            + (" draws: hit rate (busiest / mean; apps per box); mean |" if draws else ""),
+            "|---|---:|---:|---:|---:|---:|---:|" + ("---:|" if own else "") + ("---|" if draws else ""),
         ]
         for name, r in policies.items():
             row = (
                 f"| {name} | {r['streams']} | {r['failed'] + r['truncated']} | {fmt(r['hit_rate'])} "
                 f"| {fmt(r['ttft_p50_ms'])} | {fmt(r['ttft_p99_ms'])} | {fmt(r['busiest_over_mean'])} |"
             )
+            if own:
+                row += f" {fmt(r.get('own_box_share'))} |"
             if draws:
-                each = ", ".join(f"{fmt(d['hit_rate'])} ({fmt(d['busiest_over_mean'])})" for d in r.get("draws", []))
-                row += f" {each}; {fmt(r.get('hit_rate_mean'))} |"
+                row += f" {draw_cells(r.get('draws', []))}; {fmt(r.get('hit_rate_mean'))} |"
             lines.append(row)
         lines.append("")
     shared = data["results"].get("shared-prompts", {})
@@ -687,6 +697,15 @@ def placement_load_report(
     return "\n".join(lines)
 
 
+def draw_cells(draws: list[dict]) -> str:
+    """Each draw's hit rate (busiest / mean; the applications per box, where recorded), comma-separated."""
+    cells = []
+    for d in draws:
+        apps = "; " + "/".join(str(n) for n in d["apps_per_box"].values()) if d.get("apps_per_box") else ""
+        cells.append(f"{fmt(d['hit_rate'])} ({fmt(d['busiest_over_mean'])}{apps})")
+    return ", ".join(cells)
+
+
 def placement_draws_lines(data: dict) -> list[str]:
     """A second run of bench/placement_load.py with several draws: each draw's hit rate and busiest box per policy."""
     seeds = data["load"].get("seeds", [])
@@ -694,13 +713,12 @@ def placement_draws_lines(data: dict) -> list[str]:
         f"Draws (`{data['command']}`, {data['when']}, the defaults above, {data['load']['seconds']:g} s per load):"
         f" seeds {', '.join(map(str, seeds))}, each the prompts' texts and session names, so where a hash puts them.",
         "",
-        "| workload | policy | hit rate per draw (busiest / mean) | mean hit rate |",
+        "| workload | policy | hit rate per draw (busiest / mean; apps per box) | mean hit rate |",
         "|---|---|---|---:|",
     ]
     for workload, policies in data["results"].items():
         for name, r in policies.items():
-            draws = r.get("draws", [r])
-            each = ", ".join(f"{fmt(d['hit_rate'])} ({fmt(d['busiest_over_mean'])})" for d in draws)
+            each = draw_cells(r.get("draws", [r]))
             lines.append(f"| {workload} | {name} | {each} | {fmt(r.get('hit_rate_mean', r['hit_rate']))} |")
     return [*lines, ""]
 

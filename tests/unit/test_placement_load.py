@@ -52,6 +52,22 @@ def test_figures_count_from_the_end_of_the_warm_up() -> None:
     assert figures["streams"] == 1 and figures["ttft_p50_ms"] == 100.0
 
 
+def test_where_the_streams_went_per_application_and_per_chat() -> None:
+    def line(t: float, session: str, box: str, status: int = 200) -> dict:
+        return {"t": t, "session": session, "box": box, "status": status}
+
+    # users 1 and 17 are application 1 of 16, user 2 application 2
+    lines = [line(1, "user-47-1", "b3"), line(10, "user-47-1", "b1"), line(11, "user-47-17", "b1"),
+             line(12, "user-47-2", "b2"), line(13, "user-47-17", "b1"), line(14, "user-47-2", "x", 502)]  # fmt: skip
+    apps = placement_load.where(lines, 10, lambda s: placement_load.application(16, s))
+    assert apps == {"own_box_share": 1.0, "apps_per_box": {"b1": 1, "b2": 1}}
+    # control: one of application 1's streams on another box; by session (a chat each), user 1 and 17 are two
+    lines.append(line(15, "user-47-1", "b3"))
+    assert placement_load.where(lines, 10, lambda s: placement_load.application(16, s)) == {
+        "own_box_share": 0.8, "apps_per_box": {"b1": 1, "b2": 1, "b3": 0}}  # fmt: skip
+    assert placement_load.where(lines, 10) == {"own_box_share": 0.8}
+
+
 def record(prefix_hit: float, busiest: float) -> dict:
     row = {"streams": 100, "failed": 0, "truncated": 0, "ttft_p50_ms": 60.0, "ttft_p99_ms": 90.0}
     return {
@@ -126,3 +142,20 @@ def test_a_second_run_of_draws_is_tabled_under_the_first(tmp_path: Path) -> None
     assert "| shared-prompts | prefix-aware | 0.90 (1.20), 0.50 (1.30) | 0.70 |" in text
     assert "| shared-prompts | session-hash | 0.40 (1.10) | 0.40 |" in text
     assert "met (2.25x" in text  # the goal stays the main run's
+
+
+def test_where_the_streams_went_is_tabled_when_recorded(tmp_path: Path) -> None:
+    data = record(0.7, 1.2)
+    data["load"]["seeds"] = [47, 48]
+    prefix = data["results"]["shared-prompts"]["prefix-aware"]
+    apps = [{"b1": 8, "b2": 5, "b3": 3}, {"b1": 6, "b2": 5, "b3": 5}]
+    draws = [{"hit_rate": 0.7, "busiest_over_mean": 1.2, "own_box_share": 0.8, "apps_per_box": a} for a in apps]
+    prefix |= {"own_box_share": 0.8, "apps_per_box": apps[0], "draws": draws, "hit_rate_mean": 0.7}
+    path = tmp_path / "placement-load.json"
+    path.write_text(json.dumps(data))
+    text = bench.placement_load_report(path, tmp_path / "none.json", tmp_path / "none.json")
+    assert (
+        "| prefix-aware | 100 | 0 | 0.70 | 60.00 | 90.00 | 1.20 | 0.80 | 0.70 (1.20; 8/5/3), 0.70 (1.20; 6/5/5); 0.70 |"
+        in text
+    )
+    assert "| session-hash | 100 | 0 | 0.40 | 60.00 | 90.00 | 1.10 | - | ; - |" in text  # recorded by neither
