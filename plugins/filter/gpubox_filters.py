@@ -21,6 +21,10 @@
                                                           -> what keeps a nvidia module for every kernel
     {{ packages | gpubox.gpubox.driver_branch_plan(distribution, release, branch, version, signed, flavour) }}
                                                           -> the driver move (purge, install, hold, reboot; problems)
+    {{ knob | gpubox.gpubox.driver_snapshot(stack, distribution, version, service, suites, components, keyring,
+                                            packages) }} -> the archive snapshot of the driver packages (its files,
+                                                          its look-up script; problems)
+    {{ policy | gpubox.gpubox.driver_snapshot_foreign(origin, uri) }} -> other sources on the snapshot's host
     {{ gpubox_tenants | gpubox.gpubox.tenant_key_map(gpubox_api_key) }} -> [[regex, tenant], ...] (SECRET: no_log)
     {{ gpubox_tenants | gpubox.gpubox.tenant_keys(gpubox_api_key) }}    -> [[key, tenant], ...] (SECRET: no_log)
 
@@ -38,6 +42,7 @@ from ansible.errors import AnsibleFilterError
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
     driver_branch,
+    driver_snapshot,
     kernel_modules,
     model_catalog,
     net_checks,
@@ -203,6 +208,36 @@ def driver_branch_plan(
     )
 
 
+def driver_snapshot_plan(
+    knob: Any,
+    stack: Mapping[str, Any],
+    distribution: str,
+    version: str,
+    service: str,
+    suites: Sequence[str],
+    components: Sequence[str],
+    keyring: str,
+    packages: Sequence[str],
+) -> dict:
+    """The archive snapshot the driver packages come from (plugins/module_utils/driver_snapshot.py decides)."""
+    return driver_snapshot.decide(
+        knob,
+        dict(stack or {}),
+        str(distribution),
+        str(version),
+        str(service or ""),
+        list(suites or []),
+        list(components or []),
+        str(keyring or ""),
+        list(packages or []),
+    )
+
+
+def driver_snapshot_foreign(policy: Any, origin: str, uri: str) -> list[str]:
+    """Package files of `apt-cache policy` on the snapshot's host that are not the snapshot's own."""
+    return driver_snapshot.foreign_sources(str(policy or ""), str(origin), str(uri))
+
+
 def _tenants(value: Any, api_key: Any, who: str) -> list[tenants.Tenant]:
     try:
         return tenants.parse(value, api_key)
@@ -245,6 +280,8 @@ class FilterModule:
             "kernel_module_plan": kernel_module_plan,
             "driver_branch_plan": driver_branch_plan,
             "dpkg_installed": dpkg_installed,
+            "driver_snapshot": driver_snapshot_plan,
+            "driver_snapshot_foreign": driver_snapshot_foreign,
             "tenant_key_map": tenant_key_map,
             "tenant_keys": tenant_keys,
         }

@@ -5,8 +5,8 @@ branch and its exact package version per distribution, the CUDA toolkit, the Pyt
 the vLLM and torch pins (requirements, constraints and the hash lock beside them) with their advisory
 table, the vLLM engine the planner models (V0 or V1) and the dates its parts stop being supported.
 Roles read a stack through the desired state (the gpubox.gpubox.desired_state lookup's
-``gpubox_stack_info``, from ``info()``): nvidia_driver its branch and version, cuda_toolkit its toolkit,
-python_env its Python and pin files, and every role its environment's prefix (the desired state's
+``gpubox_stack_info``, from ``info()``): nvidia_driver its branch, version and archive snapshot, cuda_toolkit its
+toolkit, python_env its Python and pin files, and every role its environment's prefix (the desired state's
 ``gpubox_env_prefix`` when it is not set: ``env_prefix()``). tools/plan.py and preflight print ``summary_lines()``.
 
 ``pinned-0.7.3`` is the design card's stack and the default: every value is what the roles carried before
@@ -74,7 +74,10 @@ class SupportEnd:
 class Stack:
     """One stack. ``driver_versions``: "<Distribution>-<major version>" (Ansible's facts) -> the exact apt
     version of the driver packages (Ubuntu: the ``-server`` packages; Debian: the archive's packages); a
-    distribution without an entry needs ``nvidia_driver_version`` set. ``pythons``: the interpreter
+    distribution without an entry needs ``nvidia_driver_version`` set. ``apt_snapshot``: "<Distribution>-<major>" ->
+    the UTC time (YYYYMMDDTHHMMSSZ) of an archive snapshot that carries that exact version, for a distribution whose
+    archive no longer does; the driver role adds it as a pinned apt source for the driver packages only
+    (driver_snapshot.py). ``pythons``: the interpreter
     versions the pin set resolves for, Ubuntu 22.04's first. Pin files are names in roles/python_env/files;
     the hash lock is the constraints file's X.hashes.txt. ``env_prefix``: where the stack's Python environment
     lives when gpubox_env_prefix is not set (each stack its own, so a move builds the new environment beside the
@@ -93,6 +96,7 @@ class Stack:
     advisories: str
     env_prefix: str
     support: tuple[SupportEnd, ...] = field(default_factory=tuple)
+    apt_snapshot: dict[str, str] = field(default_factory=dict)
 
     @property
     def hash_lock(self) -> str:
@@ -125,9 +129,15 @@ STACKS: dict[str, Stack] = {
             summary="driver R535, CUDA 12.2, vLLM 0.7.3 (the design card's stack; V0 engine)",
             driver_branch="535",
             # Ubuntu: the pin roles/nvidia_driver carried before stacks (jammy-updates now carries 535.309.01
-            # as a transitional package that pulls 580-server: preflight refuses a pin the archive no longer
-            # offers, and lts-580 is where such a box goes). Debian 12: bookworm's non-free 535.
+            # as a transitional package that pulls 580-server, so that build comes from an archive snapshot:
+            # apt_snapshot below). Debian 12: bookworm's non-free 535.
             driver_versions={"Ubuntu-22": "535.274.02-0ubuntu0.22.04.1", "Debian-12": "535.261.03-1"},
+            # Ubuntu's archive as it was on 2026-01-01 (snapshot.ubuntu.com; docs/facts.md, "Ubuntu snapshot
+            # service"). Chosen, not read from a source that lists the day: NVIDIA released 535.274.02 on 2025-09-30
+            # and its successor 535.288.01 on 2026-01-13 (redistrib_<version>.json), so on this day no later 535
+            # build existed to replace 535.274.02-0ubuntu0.22.04.1 in jammy-updates. Preflight asks the snapshot
+            # itself and refuses, listing what it offers, if it does not carry the pin.
+            apt_snapshot={"Ubuntu-22": "20260101T000000Z"},
             cuda_toolkit="12.2",
             pythons=("3.10", "3.11"),
             vllm="0.7.3",
@@ -270,6 +280,7 @@ def info(name: str) -> dict[str, Any]:
         "advisories": stack.advisories,
         "engine": stack.engine,
         "env_prefix": stack.env_prefix,
+        "apt_snapshot": dict(stack.apt_snapshot),
     }
 
 
@@ -283,3 +294,77 @@ def summary_lines(name: str, today: datetime.date | None = None, pin_dir: Path =
         *(f"  {end.state(today)}" for end in stack.support),
         f"  open advisories (accepted, unfixed): {count} (roles/python_env/files/{stack.advisories}; docs/security.md)",
     ]
+
+
+_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{0,62}$")
+_VERSION = re.compile(r"^\d+(\.\d+)+([.+][0-9A-Za-z.]+)?$")
+_DISTRIBUTION = re.compile(r"^[A-Z][A-Za-z]+-\d+$")
+
+
+def problems(stack: Any, release: vllm_words.Release | None = None, pin_dir: Path = PIN_DIR) -> list[str]:
+    """Why ``stack`` is not a row the roles could run, one line each naming the field (empty: it is one).
+
+    The release record is ``release`` or, when None, the registered one (vllm_words.RELEASES). Checked: the name, the
+    driver branch and versions, the CUDA toolkit and Pythons as X.Y, the pin files present in ``pin_dir`` with the
+    stack's vLLM and torch pinned in them, an absolute environment prefix, support dates that read as dates, and a
+    release record of the same version whose engine the planner models. Every row of STACKS passes; so must a
+    stack proposed by `make stack-add` (tools/stack_add.py) before a person adds its row."""
+    if not isinstance(stack, Stack):
+        return [f"not a Stack: {type(stack).__name__}"]
+    found = []
+    if not isinstance(stack.name, str) or not _NAME.match(stack.name):
+        found.append(f"name {stack.name!r}: lower-case letters, digits, dots and dashes")
+    if not str(stack.summary or "").strip():
+        found.append("summary is empty")
+    if not re.fullmatch(r"\d{3}", str(stack.driver_branch)):
+        found.append(f"driver_branch {stack.driver_branch!r} is not a branch number such as 580")
+    for distribution, version in dict(stack.driver_versions).items():
+        if not _DISTRIBUTION.match(str(distribution)) or not str(version or "").strip():
+            found.append(f"driver_versions: {distribution!r}: {version!r} is not '<Distribution>-<major>': version")
+    if not re.fullmatch(r"\d+\.\d+", str(stack.cuda_toolkit)):
+        found.append(f"cuda_toolkit {stack.cuda_toolkit!r} is not X.Y")
+    if not stack.pythons or not all(re.fullmatch(r"3\.\d+", str(p)) for p in stack.pythons):
+        found.append(f"pythons {stack.pythons!r} is not a list of 3.X, Ubuntu 22.04's first")
+    for key in ("vllm", "torch"):
+        if not _VERSION.match(str(getattr(stack, key))):
+            found.append(f"{key} {getattr(stack, key)!r} is not a version")
+    texts = {}
+    for key in ("requirements", "constraints", "hash_lock", "advisories"):
+        path = pin_dir / str(getattr(stack, key))
+        if not path.is_file():
+            found.append(f"{key}: {path} does not exist")
+        elif key != "advisories":
+            texts[key] = path.read_text(encoding="utf-8").splitlines()
+    if "requirements" in texts and f"vllm=={stack.vllm}" not in texts["requirements"]:
+        found.append(f"requirements: {stack.requirements} has no line vllm=={stack.vllm}")
+    for pin in (f"vllm=={stack.vllm}", f"torch=={stack.torch}"):
+        if "constraints" in texts and pin not in texts["constraints"]:
+            found.append(f"constraints: {stack.constraints} has no line {pin}")
+        if "hash_lock" in texts and f"{pin} \\" not in texts["hash_lock"]:
+            found.append(f"hash_lock: {stack.hash_lock} has no hashed entry {pin}")
+    if not str(stack.env_prefix).startswith("/"):
+        found.append(f"env_prefix {stack.env_prefix!r} is not an absolute path")
+    for end in stack.support:
+        try:
+            end.last_day()
+        except (ValueError, TypeError, AttributeError):
+            found.append(f"support: {end!r}: until is not YYYY-MM or YYYY-MM-DD")
+            continue
+        if not end.until and not end.note:
+            found.append(f"support: {end.part}: no date and no note saying why")
+    words = release if release is not None else vllm_words.RELEASES.get(stack.vllm)
+    if words is None:
+        found.append(f"vllm {stack.vllm}: no vllm_words.Release record")
+    elif words.version != stack.vllm or words.engine not in ENGINES:
+        found.append(f"release record {words.version} (engine {words.engine!r}) is not vLLM {stack.vllm}'s on v0/v1")
+    else:
+        for key in ("dtypes", "kv_cache_dtypes", "quantizations", "families"):
+            values = getattr(words, key)
+            if not values or not all(isinstance(value, str) and value for value in values):
+                found.append(f"release {key}: {values!r} is not a non-empty list of words")
+        if not words.block_sizes or not all(isinstance(size, int) and size > 0 for size in words.block_sizes):
+            found.append(f"release block_sizes: {words.block_sizes!r} is not a list of positive sizes")
+        for flag, instead in dict(words.removed_flags).items():
+            if not str(flag).startswith("--") or not str(instead or "").strip():
+                found.append(f"release removed_flags: {flag!r} needs a --flag and what to do instead")
+    return found
