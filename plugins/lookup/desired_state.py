@@ -17,6 +17,10 @@ description:
     entry, else null), C(gpubox_model_fetch_revision), what the model store asks the hub for, and
     C(gpubox_model_content_sha256), the content the entry pins; an entry that pins no content is an
     error naming its line unless C(gpubox_model_accept_unpinned) is true.
+  - Adds C(gpubox_model_checkpoints), every checkpoint the model store publishes, each with the same readings
+    of the lock (C(model_id), C(revision), C(name), C(commit), C(fetch_revision), C(content_sha256),
+    C(cache_fetch_refusal)) and C(kind) (C(model), or C(draft) for the second checkpoint of
+    C(gpubox_speculative_config)), C(fact) (its local fact) and C(config) (its config.json facts, if given).
   - Adds C(gpubox_model_cache_fetch_refusal), null or why the box may not fetch its model yet (through the
     LAN cache, C(gpubox_fleet_cache_url), with no lock entry for it, unless
     C(gpubox_fleet_cache_trust_first_fetch) is true). Not one of C(errors), since C(make lock-models), which
@@ -48,7 +52,11 @@ _raw:
 
 from ansible.plugins.lookup import LookupBase  # noqa: E402 - after the documentation, as Ansible plugins are laid out
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import lock_file, state_checks  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import (  # noqa: E402
+    lock_file,
+    speculative_config,
+    state_checks,
+)
 
 
 class LookupModule(LookupBase):
@@ -87,30 +95,54 @@ class LookupModule(LookupBase):
     def _lock(public):
         """Add gpubox_model_commit (the commit to serve: the revision when it is a commit, else its entry
         in gpubox_model_lock_file, else None) and gpubox_model_fetch_revision (what the store asks the
-        hub for); return the lock file's problems. The lock is read here, on the controller."""
-        model_id, revision, path = (
-            public.get("gpubox_model_id"),
-            public.get("gpubox_model_revision"),
-            public.get("gpubox_model_lock_file"),
-        )
+        hub for), and gpubox_model_checkpoints: the same for every checkpoint the model store publishes (the
+        served model, then a speculative draft or EAGLE head); return the lock file's problems. The lock is read
+        here, on the controller."""
+        path = public.get("gpubox_model_lock_file")
         errors, entries = [], {}
         if path:
             try:
                 entries = lock_file.read_lock(path)
             except lock_file.LockError as exc:
                 errors.append(f"gpubox_model_lock_file: {exc}")
-        commit = None
-        if isinstance(model_id, str) and isinstance(revision, str):
-            commit = lock_file.locked_commit(entries, model_id, revision)
-        if isinstance(model_id, str) and isinstance(revision, str) and path and not errors:
+        checkpoints, read = [], not errors
+        speculative = public.get("gpubox_speculative_config")
+        for kind, fact, model_id, revision, config in (
+            ("model", "gpubox_model", public.get("gpubox_model_id"), public.get("gpubox_model_revision"),
+             public.get("gpubox_model_config")),
+            ("draft", "gpubox_model_draft", *(
+                (speculative["model"], speculative["revision"], speculative.get("config"))
+                if speculative_config.is_draft(speculative) else (None, None, None))),
+        ):  # fmt: skip
+            if isinstance(model_id, str) and isinstance(revision, str):
+                checkpoints.append(LookupModule._checkpoint(public, entries, read, errors, model_id, revision, path))
+                checkpoints[-1].update(kind=kind, fact=fact, config=config)
+        main = checkpoints[0] if checkpoints and checkpoints[0]["kind"] == "model" else {}
+        public["gpubox_model_commit"] = main.get("commit")
+        # Why a fetch through the LAN cache may not start yet (no lock entry for it), or None.
+        public["gpubox_model_cache_fetch_refusal"] = next(
+            (c["cache_fetch_refusal"] for c in checkpoints if c["cache_fetch_refusal"]), None
+        )
+        public["gpubox_model_fetch_revision"] = main.get("fetch_revision", public.get("gpubox_model_revision"))
+        # The content the lock pins (model_store refuses any other, whatever the channel), or None.
+        public["gpubox_model_content_sha256"] = main.get("content_sha256")
+        public["gpubox_model_checkpoints"] = checkpoints
+        return errors
+
+    @staticmethod
+    def _checkpoint(public, entries, read, errors, model_id, revision, path):
+        """One checkpoint's reading of the lock (``read``: the lock file was read): its commit, what to fetch, its
+        pinned content, why a fetch through the LAN cache may not start; an entry that pins no content is added to
+        ``errors``."""
+        unpinned = None
+        if path and read:
             unpinned = lock_file.unpinned_problem(
                 entries, model_id, revision, public.get("gpubox_model_accept_unpinned") is True, path
             )
             if unpinned:
                 errors.append(f"gpubox_model_lock_file: {unpinned}")
-        public["gpubox_model_commit"] = commit
-        # Why a fetch through the LAN cache may not start yet (no lock entry for it), or None.
-        public["gpubox_model_cache_fetch_refusal"] = (
+        commit = lock_file.locked_commit(entries, model_id, revision)
+        refusal = (
             lock_file.cache_fetch_problem(
                 entries,
                 model_id,
@@ -119,14 +151,15 @@ class LookupModule(LookupBase):
                 public.get("gpubox_fleet_cache_trust_first_fetch") is True,
                 path or "",
             )
-            if isinstance(model_id, str) and isinstance(revision, str) and not errors
+            if read and not unpinned
             else None
         )
-        public["gpubox_model_fetch_revision"] = commit or revision
-        # The content the lock pins (model_store refuses any other, whatever the channel), or None.
-        public["gpubox_model_content_sha256"] = (
-            lock_file.locked_content(entries, model_id, revision)
-            if isinstance(model_id, str) and isinstance(revision, str)
-            else None
-        )
-        return errors
+        return {
+            "model_id": model_id,
+            "revision": revision,
+            "name": model_id.rsplit("/", 1)[-1],
+            "commit": commit,
+            "fetch_revision": commit or revision,
+            "content_sha256": lock_file.locked_content(entries, model_id, revision),
+            "cache_fetch_refusal": refusal,
+        }

@@ -94,6 +94,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    capacity_draft,
     capacity_layout,
     capacity_measured,
     capacity_text,
@@ -217,6 +218,7 @@ class ServingFacts:
 @dataclass
 class Plan:
     weights_gib_per_gpu: float = 0.0
+    draft_weights_gib: float = 0.0  # V1: a draft's or EAGLE head's weights and rotary cache (capacity_draft)
     rotary_cache_gib: float = 0.0
     activation_peak_gib: float = 0.0
     mlp_peak_gib: float = 0.0
@@ -510,7 +512,8 @@ def sampler_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
 
 def activation_peak_bytes(model: ModelFacts, serving: ServingFacts) -> float:
     """Peak of the profiling pass on the driver rank, which has the fewest blocks (the one vLLM uses)."""
-    return max(mlp_peak_bytes(model, serving), sampler_peak_bytes(model, serving))
+    draft = capacity_draft.peak_bytes(model, serving)  # V1: the draft's proposal beside the target's hidden states
+    return max(mlp_peak_bytes(model, serving), sampler_peak_bytes(model, serving), draft)
 
 
 def non_torch_gib(serving: ServingFacts) -> float:
@@ -551,7 +554,8 @@ def _topology_errors(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts) ->
 def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: Plan) -> None:
     total_bytes = (gpu.total_mib - gpu.reserved_mib) * MIB
     budget = total_bytes * serving.utilization
-    weights = model.weights_bytes / (serving.tp * serving.pp) + rotary_cache_bytes(model)
+    draft_weights = capacity_draft.weights_bytes(model, serving)
+    weights = model.weights_bytes / (serving.tp * serving.pp) + rotary_cache_bytes(model) + draft_weights
     if model.quantization in capacity_weights.MXFP4_METHODS and not model.weights_loaded:
         weights += capacity_weights.marlin_mxfp4_padding(model, gpu.name, serving.tp) / serving.pp
     activation = activation_peak_bytes(model, serving)
@@ -573,7 +577,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
             result.errors.append(problem)
 
     result.budget_gib_per_gpu = budget / GIB
-    result.weights_gib_per_gpu = weights / GIB
+    result.weights_gib_per_gpu, result.draft_weights_gib = weights / GIB, draft_weights / GIB
     result.rotary_cache_gib = rotary_cache_bytes(model) / GIB
     result.activation_peak_gib = activation / GIB
     result.mlp_peak_gib = mlp_peak_bytes(model, serving) / GIB

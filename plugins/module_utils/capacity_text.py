@@ -7,11 +7,12 @@ from __future__ import annotations
 
 from typing import Any
 
-OPTIONAL_ROWS = ("kv_cache_pinned_gib",)  # shown only when set
+OPTIONAL_ROWS = ("kv_cache_pinned_gib", "draft_weights_gib")  # shown only when set
 PLAN_ROWS = (
     ("budget per GPU", "budget_gib_per_gpu", "{:.2f} GiB"),
     ("weights per GPU", "weights_gib_per_gpu", "{:.2f} GiB"),
     ("  rotary cos/sin", "rotary_cache_gib", "{:.2f} GiB"),
+    ("  draft weights", "draft_weights_gib", "{:.2f} GiB"),
     ("activation peak", "activation_peak_gib", "{:.2f} GiB"),
     ("  MLP live set", "mlp_peak_gib", "{:.2f} GiB"),
     ("  sampler live set", "sampler_peak_gib", "{:.2f} GiB"),

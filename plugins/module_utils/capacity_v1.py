@@ -84,7 +84,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import value_text
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_draft, speculative_config, value_text
 
 # V0's non-torch base term (capacity_planner.NON_TORCH_BASE_GIB) without the per-tp NCCL part, which V1 leaves out.
 NON_TORCH_GIB = 0.10
@@ -334,10 +334,11 @@ def family_request_bytes(model: Any, serving: Any) -> tuple[int, int, int]:
     rec = layout.recurrent if layout else None
     state = (recurrent_state_bytes(rec, serving.tp, model.dtype_bytes), STATE_PAGES[rec.kind]) if rec else (0, 0)
     all_kinds = (layout.kinds if layout else ("full",) * model.layers) + ("full",) * speculative_layers(serving)
+    all_kinds, layer_token = capacity_draft.request_kinds(all_kinds, layer_token, serving)  # a draft's layers
     kinds = all_kinds[: math.ceil(len(all_kinds) / serving.pp)]
     return request_bytes(
-        kinds, layout.window, layer_token, state, serving.max_model_len, serving.max_num_batched_tokens,
-        serving.block_size,
+        kinds, layout.window if layout else 0, layer_token, state, serving.max_model_len,
+        serving.max_num_batched_tokens, serving.block_size,
     )  # fmt: skip
 
 
@@ -348,7 +349,7 @@ def persistent_bytes(model: Any, serving: Any) -> float:
     tokens = serving.max_num_batched_tokens
     workspace = moe_workspace_bytes(tokens, model.hidden, experts, serving.tp, act_bytes) if experts else 0.0
     buffers = runner_buffer_bytes(serving.sampler, serving.max_num_seqs, model.vocab, workspace)
-    return buffers + speculative_buffer_bytes(serving)
+    return buffers + speculative_buffer_bytes(serving) + capacity_draft.buffer_bytes(model, serving)
 
 
 def warmup_check(
@@ -365,7 +366,7 @@ def warmup_check(
 def mamba_blocks_problem(layout: Any, serving: Any, blocks: int) -> str | None:
     """vLLM 0.32 refuses to capture full CUDA graphs for a model with recurrent layers when max_num_seqs exceeds the
     cache's blocks (each decoding sequence needs one; vllm/config/compilation.py :1503-1523)."""
-    if not layout.recurrent or serving.enforce_eager or serving.max_num_seqs <= blocks:
+    if layout is None or not layout.recurrent or serving.enforce_eager or serving.max_num_seqs <= blocks:
         return None
     return (
         f"gpubox_max_num_seqs ({serving.max_num_seqs}) exceeds the {blocks} KV cache blocks this plan leaves a model "
@@ -382,6 +383,8 @@ def mamba_blocks_problem(layout: Any, serving: Any, blocks: int) -> str | None:
 # * "mtp" drafts with the model's own multi-token-prediction layers (num_nextn_predict_layers in DeepSeek/GLM
 #   configs, mtp_num_hidden_layers in Qwen3-Next/Qwen3.5's): their weights are in the checkpoint's files (counted),
 #   their attention layers join the KV cache as full-attention layers (gpu/spec_decode/speculator.py is_draft_layer).
+# * "draft_model", "eagle" and "eagle3" draft with a second checkpoint the model store publishes: its weights, KV
+#   layers, buffers and profiling peak are capacity_draft's.
 MTP_KEYS = ("num_nextn_predict_layers", "mtp_num_hidden_layers")  # capacity_layout reads them (Layout.mtp)
 NGRAM_SCRATCH_TOKENS = 256
 
@@ -392,15 +395,14 @@ def speculative_input(serving: dict, model: Any, errors: list[str]) -> dict | No
     config = serving.get("speculative_config")
     if config is None:
         return None
-    if not isinstance(config, dict) or config.get("method") not in ("ngram", "mtp"):
-        errors.append(
-            f"gpubox_speculative_config must be a mapping whose method is ngram or mtp, got {value_text.short(config)}"
-        )
+    try:  # the fact's own checker (the inventory's value is already its result; make plan's may be raw)
+        config = speculative_config.parse("gpubox_speculative_config", config)
+    except ValueError as exc:
+        errors.append(str(exc))
         return None
-    tokens = config.get("num_speculative_tokens")
-    if isinstance(tokens, bool) or not isinstance(tokens, int) or not 1 <= tokens <= 16:
-        errors.append(f"gpubox_speculative_config num_speculative_tokens must be 1-16, got {value_text.short(tokens)}")
-        return None
+    if config["method"] in speculative_config.DRAFT_METHODS:
+        draft = capacity_draft.draft_input(config, model, serving, errors)
+        return {**config, "layers": 0, "draft": draft} if draft else None
     layers = 0
     if config["method"] == "mtp":
         source = model.layout.mtp if model is not None and model.layout is not None else 0

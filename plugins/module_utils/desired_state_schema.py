@@ -343,8 +343,11 @@ ROWS: tuple[Row, ...] = (
     Row(
         "gpubox_speculative_config",
         "raw",
-        "vLLM --speculative-config on lts-580 (vLLM 0.32): {method: ngram or mtp, num_speculative_tokens: 1-16, "
-        "prompt_lookup_min/max for ngram}; the planner counts its memory. Null for none.",
+        "vLLM --speculative-config on lts-580 (vLLM 0.32): {method: ngram, mtp, draft_model, eagle or eagle3, "
+        "num_speculative_tokens: 1-16}; ngram takes prompt_lookup_min/max; draft_model and eagle/eagle3 name a second "
+        "checkpoint (model: OWNER/NAME, revision, and config as in gpubox_model_config when it is not in the catalog), "
+        "which the model store fetches, verifies and publishes beside the model. The planner counts its memory. Null "
+        "for none.",
         doc_type="dict or null",
         check="speculative_config",
         type_note=_NULL_TEXT.format("dict"),

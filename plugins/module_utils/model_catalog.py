@@ -226,14 +226,13 @@ def min_vllm(model_id: Any) -> str | None:
     return entry.get("min_vllm") if entry else None
 
 
-def inventory_model(model_id: str, facts: Any) -> dict[str, Any]:
+def inventory_model(model_id: str, facts: Any, name: str = "gpubox_model_config") -> dict[str, Any]:
     """Planner facts from the inventory variable gpubox_model_config (used instead of the catalog).
 
     ``facts`` needs every key of INVENTORY_REQUIRED (config.json's values plus ``weights_bytes``, the
     total size of the weight files); ``head_dim``, ``quantization`` and ``source`` are optional.
-    ValueError names gpubox_model_config and the key to fix.
+    ValueError names ``name`` (gpubox_model_config, or the speculative config's draft) and the key to fix.
     """
-    name = "gpubox_model_config"
     if not isinstance(facts, dict):
         raise ValueError(
             f"{name} must be a mapping of {model_id}'s config.json facts ({', '.join(INVENTORY_REQUIRED)}), "
@@ -393,11 +392,11 @@ def _inventory_attention(name: str, model_id: str, facts: dict[str, Any]) -> str
     return attention
 
 
-def expected_model(model_id: str, model_config: Any = None) -> dict[str, Any]:
-    """The model facts gpubox plans from: gpubox_model_config when the inventory gives it, else the
+def expected_model(model_id: str, model_config: Any = None, name: str = "gpubox_model_config") -> dict[str, Any]:
+    """The model facts gpubox plans from: gpubox_model_config (``name``) when the inventory gives it, else the
     catalog entry. Raises UnknownModelError or ValueError naming the variable to fix."""
     if model_config is not None:
-        return inventory_model(model_id, model_config)
+        return inventory_model(model_id, model_config, name)
     return catalog_model(model_id)
 
 

@@ -62,7 +62,8 @@ PLANNER_BLIND_FLAGS: dict[str, str] = {
         "LoRA adapters add weights and a profiling pass the planner does not model",
     ),
     "--num-gpu-blocks-override": "it replaces the KV-cache size the planner computes and preflight checks",
-    "--speculative-model": "a draft model adds its weights and KV cache, which the planner does not model",
+    "--speculative-model": "a draft model adds its weights and KV cache, which the planner sizes only from "
+    "gpubox_speculative_config (lts-580), never from an extra argument",
 }
 
 # Directories the model store or the environment must never be (the store chmods its root) nor live
@@ -285,8 +286,8 @@ def _model_config(name: str, value: Any) -> dict[str, Any]:
 
 
 def _speculative_config(name: str, value: Any) -> dict[str, Any]:
-    try:
-        return speculative_config.parse(name, value)
+    try:  # a draft's or EAGLE head's id and revision are checked as gpubox_model_id's and gpubox_model_revision's
+        return speculative_config.parse(name, value, (_model_id, _CHECKERS["revision"]))
     except ValueError as exc:
         raise _Bad(str(exc)) from None
 
@@ -616,6 +617,7 @@ def _cross_checks(state: State) -> None:
     if quantization:
         state.errors.append(quantization)
     state.errors.extend(stack_fact_flag_problems(v, stack))
+    state.errors.extend(speculative_config.store_problems(v))
     tp, pp, count = (
         v.get("gpubox_tensor_parallel_size"),
         v.get("gpubox_pipeline_parallel_size"),

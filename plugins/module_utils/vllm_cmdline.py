@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
-from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks
+from ansible_collections.gpubox.gpubox.plugins.module_utils import speculative_config, state_checks
 
 # Every flag rendered from a fact or a role knob comes from the one table (desired_state_schema.py), in its
 # command-line order; a value flag is left out when null or equal to vLLM's own default (the flag's omit).
@@ -90,6 +90,8 @@ def vllm_args(
             if bool(value) is not flag.inverted:
                 args.append(flag.name)
         elif isinstance(value, Mapping):  # a JSON flag (--speculative-config): compact, keys sorted
+            if name == "gpubox_speculative_config":  # a draft or EAGLE head: its published local path
+                value = speculative_config.vllm_config(value, _fact(state, "gpubox_model_root"))
             args += [flag.name, json.dumps(dict(value), sort_keys=True, separators=(",", ":"))]
         elif value is not None and value not in flag.omit:
             args += [flag.name, _text(value)]

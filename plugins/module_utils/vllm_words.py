@@ -152,7 +152,7 @@ RELEASES: dict[str, Release] = {
                 '\'{"backend": "xgrammar"}\' (auto, xgrammar, guidance, outlines, lm-format-enforcer; auto is its '
                 "default)",
                 "--speculative-model": "vLLM 0.32.0 takes speculative decoding in --speculative-config: set "
-                "gpubox_speculative_config (ngram or mtp)",
+                "gpubox_speculative_config (ngram, mtp, or a draft model or EAGLE head the model store fetches)",
                 "--swap-space": "the V1 engine has no CPU swap space; remove it",
             },
         ),
