@@ -351,7 +351,7 @@ ROWS: tuple[Row, ...] = (
         doc_type="dict or null",
         check="speculative_config",
         type_note=_NULL_TEXT.format("dict"),
-        flag=Flag("--speculative-config", 170, stacks=("lts-580",)),
+        flag=Flag("--speculative-config", 170, aliases=("-sc",), stacks=("lts-580",)),
         planner="serving.speculative_config",
     ),
     Row(
