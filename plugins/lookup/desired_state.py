@@ -111,7 +111,7 @@ class LookupModule(LookupBase):
             ("model", "gpubox_model", public.get("gpubox_model_id"), public.get("gpubox_model_revision"),
              public.get("gpubox_model_config")),
             ("draft", "gpubox_model_draft", *(
-                (speculative["model"], speculative["revision"], speculative.get("config"))
+                (speculative.get("model"), speculative.get("revision"), speculative.get("config"))
                 if speculative_config.is_draft(speculative) else (None, None, None))),
         ):  # fmt: skip
             if isinstance(model_id, str) and isinstance(revision, str):

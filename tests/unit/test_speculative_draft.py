@@ -282,3 +282,34 @@ def test_preflight_counts_the_drafts_files_still_to_fetch() -> None:
     assert need(0, 0, 10 * gib + draft - 1) != []  # the control: one byte short of the model and the draft
     assert "the speculative draft's" in need(0, 0, 10 * gib)[0]
     assert need(10 * gib, draft, 0) == []  # both published already: nothing to fetch
+
+
+def unit_file(facts: dict[str, Any], local: dict[str, Any]) -> str:
+    """roles/vllm_service's unit for a gpu_2x3090 box with these facts and local facts (ansible_local)."""
+    from ansible.template import trust_as_template
+
+    from harness.ansible_vars import ROOT, templar_for
+
+    extra = {"gpubox_stack": "lts-580", **facts, "ansible_managed": "Ansible managed"}
+    extra["ansible_facts"] = {"ansible_local": local}
+    templar, _ = templar_for("unit-draft", roles=("gpubox", "vllm_service"), extra_vars=extra, groups=("gpu_2x3090",))
+    return templar.template(trust_as_template((ROOT / "roles/vllm_service/templates/vllm.service.j2").read_text()))
+
+
+def test_the_vllm_unit_names_the_drafts_commit_so_a_new_draft_restarts_it() -> None:
+    local = {"gpubox_model_draft": {"commit": "b" * 40, "version_path": "/data/models/.versions/EAGLE3-Test@b"}}
+    text = unit_file({NAME: spec("eagle3", "yuhuili/EAGLE3-Test", EAGLE3)}, local)
+    assert f"# Drafts with yuhuili/EAGLE3-Test (gpubox_speculative_config) at commit {'b' * 40} in version " in text
+    moved = unit_file({NAME: spec("eagle3", "yuhuili/EAGLE3-Test", EAGLE3)}, {"gpubox_model_draft": {"commit": "c"}})
+    assert moved != text  # another commit is another unit file: the handler restarts vLLM
+    ngram = unit_file({NAME: {"method": "ngram", "num_speculative_tokens": 3}}, local)
+    assert "Drafts with" not in ngram  # the control: no second checkpoint, no line (a stale fact is not named)
+
+
+def test_a_refused_draft_leaves_the_lookup_answering_with_the_error() -> None:
+    """The lookup reads the lock for the draft from the raw value when the fact is refused: a draft method without a
+    revision is an error line, not a traceback."""
+    state = group_state(TOPOLOGIES[0], {"gpubox_stack": "lts-580", NAME: {"method": "eagle3", "model": "a/b",
+                                                                            "num_speculative_tokens": 3}})  # fmt: skip
+    assert any(e.startswith(NAME) and "give its revision" in e for e in state["errors"]), state["errors"]
+    assert [c["kind"] for c in state["gpubox_model_checkpoints"]] == ["model"]
