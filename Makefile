@@ -15,10 +15,10 @@ export PY_COLORS := 0
 SCENARIOS ?= serving fleet day2_driver topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit integration engines harness molecule test bench bench-load assertions plan lock-models verify maintenance cache-purge lock-wheels demo demo-clean clean promtool
+.PHONY: help venv lock lint unit integration engines harness molecule test bench bench-load assertions plan lock-models verify maintenance canary cache-purge lock-wheels demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | integration | engines | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | maintenance BOX=… STATE=on|off | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
+	@echo "make demo | test | lint | unit | integration | engines | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | maintenance BOX=… STATE=on|off | canary BOX=… DECISION=promote|stop | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -173,6 +173,10 @@ verify: venv
 # [REASON='...']; a box in maintenance stays out of its pool across restarts, reboots and playbook runs.
 maintenance: venv
 	ansible-playbook -i $(INVENTORY) $(VAULT_ARGS) playbooks/maintenance.yml -e 'gpubox_maintenance_boxes=$(strip $(BOX))' -e 'gpubox_maintenance=$(strip $(STATE))' $(if $(strip $(REASON)),-e 'gpubox_maintenance_reason=$(strip $(REASON))') $(VAULT_HINT)
+
+# A running canary (playbooks/rebuild.yml): promote it or stop it now (playbooks/canary.yml).
+canary: venv
+	ansible-playbook -i $(INVENTORY) $(VAULT_ARGS) playbooks/canary.yml -e 'gpubox_canary_box=$(strip $(BOX))' -e 'gpubox_canary_decision=$(strip $(DECISION))' $(if $(strip $(REASON)),-e 'gpubox_canary_reason=$(strip $(REASON))') $(VAULT_HINT)
 
 # The LAN cache: remove its stored files of one model (MODEL=OWNER/NAME) or of every model (no MODEL).
 cache-purge: venv

@@ -31,7 +31,8 @@ for each prompt token the cache did not hold (its prefill), and /metrics adds vL
 that one reader serves the stand-in and the real engine; POST /reset_prefix_cache empties it (vLLM's route
 under VLLM_SERVER_DEV_MODE). Off, nothing of it runs and the pace is --ttft-ms alone.
 
-What it does NOT model: the model (every token is the word "tok"), tokenization (prompt tokens are
+What it does NOT model: the model (every token is one word: "tok", or GPUBOX_STANDIN_WORD's, so that a test can
+make one box answer otherwise), tokenization (prompt tokens are
 counted as words), batching and its slow-down under load (every stream keeps its pace while the CPU
 lasts), the KV cache and preemption, a start's length (none, unless a start delay is given), SIGTERM (it
 stops at once, as vLLM 0.7.3 aborts what is in flight), and every endpoint and parameter beyond those
@@ -55,6 +56,9 @@ from collections import OrderedDict
 REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found", 405: "Method Not Allowed"}
 MAX_BODY = 1 << 20
 DEFAULT_MAX_TOKENS = 16
+# vLLM 0.7.3's bucket bounds (vllm/engine/metrics.py: histogram_time_to_first_token, histogram_time_per_output_token)
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0)
+TPOT_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5)
 
 
 class PrefixCache:
@@ -131,6 +135,30 @@ def prompt_words(chat: bool, request: dict) -> list[str]:
     return [*out, "<|assistant|>"]
 
 
+class Histogram:
+    """A Prometheus histogram as prometheus_client writes one (cumulative buckets, +Inf, sum, count)."""
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.sum += value
+        for i, bound in enumerate(self.bounds):
+            if value <= bound:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1
+
+    def lines(self, name: str, label: str) -> list[str]:
+        out, running = [f"# TYPE {name} histogram"], 0
+        for bound, count in zip((*self.bounds, "+Inf"), self.counts):
+            running += count
+            out.append(f'{name}_bucket{{le="{bound}",{label}}} {running}')
+        return [*out, f"{name}_sum{{{label}}} {self.sum}", f"{name}_count{{{label}}} {running}"]
+
+
 class Stats:
     """What /metrics reports, under vLLM 0.7.3's names (vllm/engine/metrics.py)."""
 
@@ -139,8 +167,8 @@ class Stats:
         self.prompt_tokens = 0
         self.generation_tokens = 0
         self.requests = {"stop": 0, "length": 0, "abort": 0}
-        self.ttft_sum = 0.0
-        self.ttft_count = 0
+        self.ttft = Histogram(TTFT_BUCKETS)
+        self.tpot = Histogram(TPOT_BUCKETS)
         self.cache: PrefixCache | None = None
 
     def text(self, model: str) -> str:
@@ -159,10 +187,8 @@ class Stats:
             f"vllm:generation_tokens_total{{{label}}} {self.generation_tokens}",
             "# TYPE vllm:request_success_total counter",
             *(f'vllm:request_success_total{{finished_reason="{k}",{label}}} {v}' for k, v in self.requests.items()),
-            "# TYPE vllm:time_to_first_token_seconds histogram",
-            f'vllm:time_to_first_token_seconds_bucket{{le="+Inf",{label}}} {self.ttft_count}',
-            f"vllm:time_to_first_token_seconds_sum{{{label}}} {self.ttft_sum}",
-            f"vllm:time_to_first_token_seconds_count{{{label}}} {self.ttft_count}",
+            *self.ttft.lines("vllm:time_to_first_token_seconds", label),
+            *self.tpot.lines("vllm:time_per_output_token_seconds", label),
         ]
         if self.cache is not None:  # vLLM 0.32's counters (vllm/v1/metrics/loggers.py), its labels, as it writes them
             engine = f'engine="0",{label}'
@@ -182,6 +208,7 @@ class Engine:
         self.model = args.served_model_name
         self.ttft = args.ttft_ms / 1000.0
         self.itl = args.itl_ms / 1000.0
+        self.word = args.word
         self.max_model_len = args.max_model_len
         self.key = os.environ.get("VLLM_API_KEY") or None
         self.stats = Stats()
@@ -291,7 +318,9 @@ class Engine:
             else:
                 await asyncio.sleep(ttft + self.itl * (tokens - 1))
                 self.first_token(started)
-                text = " ".join(["tok"] * tokens)
+                for _ in range(tokens - 1):
+                    self.stats.tpot.observe(self.itl)
+                text = " ".join([self.word] * tokens)
                 choice = (
                     {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "length"}
                     if chat
@@ -307,14 +336,13 @@ class Engine:
             self.stats.generation_tokens += tokens
             finished = "length"
             if self.stats.cache is not None:  # vLLM caches the blocks its answer filled too
-                self.stats.cache.store(words + ["tok"] * tokens)
+                self.stats.cache.store(words + [self.word] * tokens)
         finally:
             self.stats.running -= 1
             self.stats.requests[finished] += 1
 
     def first_token(self, started: float) -> None:
-        self.stats.ttft_sum += time.monotonic() - started
-        self.stats.ttft_count += 1
+        self.stats.ttft.observe(time.monotonic() - started)
 
     async def stream(self, writer, chat, rid, created, tokens, prompt_tokens, usage, started, ttft) -> None:
         # chunked, as uvicorn sends vLLM's StreamingResponse
@@ -334,11 +362,14 @@ class Engine:
         await asyncio.sleep(ttft)
         if chat:  # vLLM 0.7.3 sends the role first, with empty content
             writer.write(chunk({"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": None}))
+        previous = 0.0
         for n in range(tokens):
             if n:
                 await asyncio.sleep(self.itl)
+                self.stats.tpot.observe(time.monotonic() - previous)
+            previous = time.monotonic()
             last = n == tokens - 1
-            text = "tok" if n == 0 else " tok"
+            text = self.word if n == 0 else " " + self.word
             choice = (
                 {"index": 0, "delta": {"content": text}, "finish_reason": "length" if last else None}
                 if chat
@@ -388,6 +419,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--served-model-name", nargs="+", default=["tiny"])
     parser.add_argument("--ttft-ms", type=float, default=float(os.environ.get("GPUBOX_STANDIN_TTFT_MS") or 50))
     parser.add_argument("--itl-ms", type=float, default=float(os.environ.get("GPUBOX_STANDIN_ITL_MS") or 10))
+    parser.add_argument("--word", default=os.environ.get("GPUBOX_STANDIN_WORD") or "tok", help="every token's word")
     parser.add_argument("--max-model-len", type=int, default=2048)
     parser.add_argument(
         "--start-delay-s", type=float, default=float(os.environ.get("GPUBOX_STANDIN_START_DELAY_S") or 0)

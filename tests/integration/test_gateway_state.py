@@ -105,3 +105,39 @@ def test_a_box_that_answers_health_late_stays_in_the_pool(tmp_path: Path, check_
     finally:
         live_proxies.stop(engine)
     assert seen == want, (tmp_path / "haproxy.log").read_text()[-2000:]
+
+
+def test_a_canarys_share_is_its_weight_set_at_run_time_and_given_back(tmp_path: Path) -> None:
+    """roles/llm_gateway/tasks/canary.yml's `set weight <pool>/<box> <p>%` on the rendered configuration (every server
+    at weight 100): the runtime API takes it and the role's client reads it back, pool and counters with it."""
+    engine, engine_port = live_proxies.start_standin(10, 5)
+    (tmp_path / "box").mkdir()
+    gateway = front = None
+    try:
+        front, front_port = live_proxies.start_front_door(tmp_path / "box", engine_port, {})
+        gw, sock, cert = tmp_path / "gw", tmp_path / "gw" / "admin.sock", tmp_path / "box" / "tls.crt"
+        gateway, _ = live_proxies.start_gateway(gw, front_port, cert, {}, log=tmp_path / "haproxy.log")
+        assert wait_status(sock, "UP") == "UP"
+
+        def stat() -> dict:
+            done = subprocess.run([sys.executable, str(SAVER), "stat", str(sock), "*"], capture_output=True, text=True)
+            assert done.returncode == 0, done.stderr
+            return json.loads(done.stdout)["localhost"]
+
+        assert stat()["weight"] == 100 and stat()["pool"] == "pool_tiny"  # the configured weight
+        for share, want in (("25", 25), ("100", 100)):
+            command = f"set weight pool_tiny/localhost {share}%"
+            said = subprocess.run([sys.executable, str(SAVER), "ask", str(sock), command],
+                                  capture_output=True, text=True, check=True)  # fmt: skip
+            assert said.stdout.strip() == "", said.stdout  # HAProxy answers nothing when it took the weight
+            assert stat()["weight"] == want
+        said = subprocess.run([sys.executable, str(SAVER), "ask", str(sock), "set weight pool_tiny/nobox 25%"],
+                              capture_output=True, text=True, check=True)  # fmt: skip
+        assert (
+            said.stdout.strip() != ""
+        )  # the control: a weight HAProxy did not take is answered (the task fails on it)
+        assert stat()["errors"] == 0
+    finally:
+        for proc in (gateway, front, engine):
+            if proc is not None:
+                live_proxies.stop(proc)

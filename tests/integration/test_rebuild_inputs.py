@@ -51,6 +51,17 @@ def rebuild(tmp_path: Path, *extra: str, inventory: dict | None = None) -> subpr
         (["-e", "gpubox_rebuild_max_fail_percentage=-1"], "gpubox_rebuild_max_fail_percentage is -1"),
         (["-e", "gpubox_rebuild_gateway=b1"], "gpubox_rebuild_gateway: b1 is a GPU box"),
         (["-e", "gpubox_rebuild_gateway=nowhere"], "gpubox_rebuild_gateway: nowhere is not a host of this inventory"),
+        (["-e", "gpubox_rebuild_canary=maybe"], "gpubox_rebuild_canary is maybe: give true"),
+        (
+            ["-e", "gpubox_canary_share_percent=0"],
+            "gpubox_canary_share_percent is '0': give a whole number from 1 to 100",
+        ),
+        (["-e", "gpubox_canary_seconds=soon"], "gpubox_canary_seconds is 'soon'"),
+        (
+            ["-e", "gpubox_canary_greedy_tolerance=2"],
+            "gpubox_canary_greedy_tolerance is '2': give a number from 0.0 to 1.0",
+        ),
+        (["-e", '{"gpubox_canary_prompts": []}'], "gpubox_canary_prompts must be a list of one or more prompts"),
     ],
 )
 def test_bad_input_is_refused_before_any_turn(tmp_path, extra, expected):

@@ -25,15 +25,16 @@ SHOW_PROC = """#<PID>          <type>          <reloads>       <uptime>        <
 """
 
 HEAD = (
-    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,status,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,type"
+    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,econ,eresp,weight,status,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,"
+    "hrsp_other,type"
 )
 SHOW_STAT = f"""{HEAD}
-gpubox_front,FRONTEND,,,3,9,,120,OPEN,0,100,0,2,0,0,0
-pool_tiny,box1,0,0,2,5,,40,UP,0,30,0,1,0,0,2
-pool_tiny,box2,0,0,0,4,,35,DRAIN,0,20,0,0,1,0,2
-pool_tiny,BACKEND,0,0,2,9,,75,UP,0,50,0,1,1,0,1
-pool_big,box3,0,0,1,1,,7,UP,0,7,0,0,0,0,2
-pool_big,BACKEND,0,0,1,1,,7,UP,0,7,0,0,0,0,1
+gpubox_front,FRONTEND,,,3,9,,120,,,,OPEN,0,100,0,2,0,0,0
+pool_tiny,box1,0,0,2,5,,40,0,0,100,UP,0,30,0,1,0,0,2
+pool_tiny,box2,0,0,0,4,,35,2,1,10,DRAIN,0,20,0,0,1,0,2
+pool_tiny,BACKEND,0,0,2,9,,75,2,1,110,UP,0,50,0,1,1,0,1
+pool_big,box3,0,0,1,1,,7,0,0,100,UP,0,7,0,0,0,0,2
+pool_big,BACKEND,0,0,1,1,,7,0,0,100,UP,0,7,0,0,0,0,1
 
 """
 
@@ -45,8 +46,9 @@ def test_old_workers_are_counted_from_their_section_only() -> None:
 
 def test_stat_gives_each_box_its_state_answers_and_streams_in_flight() -> None:
     assert haproxy_runtime.servers(SHOW_STAT, "pool_tiny") == {
-        "box1": {"status": "UP", "requests": 31, "in_flight": 2},
-        "box2": {"status": "DRAIN", "requests": 21, "in_flight": 0},
+        "box1": {"pool": "pool_tiny", "status": "UP", "requests": 31, "errors": 0, "in_flight": 2, "weight": 100},
+        # errors: its 5xx answer, a broken response and two failed connections
+        "box2": {"pool": "pool_tiny", "status": "DRAIN", "requests": 21, "errors": 4, "in_flight": 0, "weight": 10},
     }
     assert sorted(haproxy_runtime.servers(SHOW_STAT, "*")) == ["box1", "box2", "box3"]
     assert haproxy_runtime.in_flight(SHOW_STAT, "pool_tiny", "box1") == 2

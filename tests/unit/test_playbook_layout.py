@@ -76,8 +76,9 @@ def test_the_reboot_gate_is_a_play_named_so_that_runs_the_file_named_so():
 
 
 def test_the_rolling_rebuild_runs_the_top_level_site_yml():
-    # rebuild.yml lives in playbooks/: the entry point is one directory up
-    text = (ROOT / "playbooks" / "rebuild.yml").read_text()
+    # rebuild.yml lives in playbooks/ (a box's turn in playbooks/tasks/rebuild_turn.yml, where playbook_dir is still
+    # playbooks/): the entry point is one directory up
+    text = (ROOT / "playbooks" / "tasks" / "rebuild_turn.yml").read_text()
     assert "(playbook_dir | dirname) ~ '/site.yml'" in text
     assert "playbook_dir ~ '/site.yml'" not in text
 

@@ -98,7 +98,7 @@ def test_the_message_says_the_decision_and_what_carries_a_deferred_one_out(input
 
 
 def test_rebuild_converges_a_drained_box_with_policy_always() -> None:
-    text = (ROOT / "playbooks" / "rebuild.yml").read_text()
+    text = (ROOT / "playbooks" / "tasks" / "rebuild_turn.yml").read_text()  # the turn rebuild.yml includes
     assert "{'gpubox_reboot_policy': 'always'} | combine(gpubox_rebuild_extra_vars | default({}))" in text
 
 

@@ -30,6 +30,10 @@ OWNERS = {
     "gpubox_serving": "vllm_service",
     "gpubox_gateway": "llm_gateway",
     "llm_gateway_drain_result": "llm_gateway",
+    "llm_gateway_canary_stats": "llm_gateway",
+    "llm_gateway_canary_decisions": "llm_gateway",
+    "vllm_service_canary_metrics": "vllm_service",
+    "vllm_service_canary_answers": "vllm_service",
     "gpubox_reboot": "gpubox",
 }
 _FACT_FILE = re.compile(r"facts\.d/([a-z0-9_]+)\.fact\b")

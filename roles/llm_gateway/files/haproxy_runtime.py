@@ -14,8 +14,9 @@ reload and the tests run it; the tests import it. Standard library only, Python 
 - ask: one command and HAProxy's whole answer.
 - old-workers: how many workers of a previous configuration are left (`show proc`, "# old workers"): a
   worker that has not soft-stopped keeps accepting connections, out of reach of the runtime API.
-- stat: the servers of BACKEND ("*": of every backend) as JSON, {server: {"status", "requests", "in_flight"}}
-  (requests: the HTTP responses it gave, by class; stot counts server-side connections, which HAProxy reuses).
+- stat: the servers of BACKEND ("*": of every backend) as JSON, {server: {"pool", "status", "requests", "errors",
+  "in_flight", "weight"}} (requests: the HTTP responses it gave, by class; stot counts server-side connections,
+  which HAProxy reuses; errors: its 5xx answers, broken responses and failed connections; weight: the effective one).
 - backend-of: the backend (the pool) that holds SERVER (a box is in one pool).
 - wait-drained: poll every 0.2 s until SERVER has no request in flight (scur, a stream counts until its
   last byte) and the master lists no old worker, at most TIMEOUT_S; print what it saw as JSON. The bound
@@ -37,6 +38,8 @@ import sys
 import time
 
 ANSWERED = ("hrsp_1xx", "hrsp_2xx", "hrsp_3xx", "hrsp_4xx", "hrsp_5xx", "hrsp_other")
+# What went wrong with a server: its 5xx answers, the responses that broke off, the connections that failed.
+FAILED = ("hrsp_5xx", "eresp", "econ")
 
 
 def ask(path: str, command: str, timeout: float = 5.0) -> str:
@@ -75,13 +78,16 @@ def stat_rows(show_stat: str) -> list[dict[str, str]]:
 
 
 def servers(show_stat: str, backend: str) -> dict[str, dict[str, object]]:
-    """{server: {status, requests, in_flight}} of one backend (its BACKEND summary row aside); backend "*": of every
-    pool (a box is in one)."""
+    """{server: {pool, status, requests, errors, in_flight, weight}} of one backend (its BACKEND summary row aside);
+    backend "*": of every pool (a box is in one)."""
     return {
         row["svname"]: {
+            "pool": row["pxname"],
             "status": row["status"],
             "requests": sum(int(row.get(k) or 0) for k in ANSWERED),
+            "errors": sum(int(row.get(k) or 0) for k in FAILED),
             "in_flight": int(row.get("scur") or 0),
+            "weight": int(row.get("weight") or 0),
         }
         for row in stat_rows(show_stat)
         if row.get("pxname") == backend or (backend == "*" and row.get("type") == "2")
