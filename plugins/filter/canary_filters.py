@@ -27,10 +27,6 @@ def canary_choice(stats: dict, run: list) -> dict:
     return canary.choose(stats, [str(box) for box in run])
 
 
-def canary_decisions(asked: Any, canaries: list) -> dict:
-    return canary.decisions(asked, [str(box) for box in canaries])
-
-
 def _greedy(box: str, rest: list[str], hostvars: Any) -> tuple[dict[str, list[str]], bool]:
     """The greedy answers of the canary and of the first other box, and whether they serve the same weights."""
     other = rest[0]
@@ -122,7 +118,6 @@ class FilterModule:
         return {
             "canary_setting_problems": canary_setting_problems,
             "canary_choice": canary_choice,
-            "canary_decisions": canary_decisions,
             "canary_greedy_failed": canary_greedy_failed,
             "canary_observed": canary_observed,
             "canary_blocking": canary_blocking,

@@ -255,14 +255,3 @@ def choose(stats: dict[str, dict[str, Any]], run: list[str]) -> dict[str, dict[s
         if box in stats:
             pools.setdefault(str(stats[box]["pool"]), []).append(box)
     return {boxes[0]: {"pool": pool, "rest": boxes[1:]} for pool, boxes in pools.items() if len(boxes) > 1}
-
-
-def decisions(asked: dict[str, Any], canaries: list[str]) -> dict[str, str]:
-    """{box: promote|stop} of an operator's decisions file ({box: {"decision", ...}}), for the running canaries."""
-    if not isinstance(asked, dict):
-        return {}
-    return {
-        box: entry["decision"]
-        for box, entry in asked.items()
-        if box in canaries and isinstance(entry, dict) and entry.get("decision") in ("promote", "stop")
-    }

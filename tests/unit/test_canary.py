@@ -162,12 +162,6 @@ def test_each_pool_with_two_boxes_in_the_run_gets_its_first_one_as_canary() -> N
     assert canary.choose(stats, ["b1", "b9"]) == {}  # a box the gateway does not know is no pool's
 
 
-def test_only_the_running_canaries_decisions_count() -> None:
-    asked = {"b1": {"decision": "promote"}, "b2": {"decision": "stop"}, "b3": {"decision": "maybe"}, "b4": "promote"}
-    assert canary.decisions(asked, ["b1", "b3", "b4"]) == {"b1": "promote"}
-    assert canary.decisions("not a mapping", ["b1"]) == {}
-
-
 def test_the_filters_judge_from_each_boxs_facts_and_an_operator_overrules() -> None:
     from ansible_collections.gpubox.gpubox.plugins.filter import canary_filters as f
 

@@ -25,8 +25,8 @@ SHOW_PROC = """#<PID>          <type>          <reloads>       <uptime>        <
 """
 
 HEAD = (
-    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,econ,eresp,weight,status,hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,"
-    "hrsp_other,type"
+    "# pxname,svname,qcur,qmax,scur,smax,slim,stot,econ,eresp,weight,status,"
+    "hrsp_1xx,hrsp_2xx,hrsp_3xx,hrsp_4xx,hrsp_5xx,hrsp_other,type"
 )
 SHOW_STAT = f"""{HEAD}
 gpubox_front,FRONTEND,,,3,9,,120,,,,OPEN,0,100,0,2,0,0,0
@@ -77,3 +77,17 @@ def test_the_script_names_its_usage_and_a_bad_timeout(tmp_path: Path) -> None:
                           capture_output=True, text=True)  # fmt: skip
     assert stat.returncode == 1 and "haproxy_runtime stat:" in stat.stderr and not stat.stdout
     assert json.loads(json.dumps(haproxy_runtime.ANSWERED))  # the classes `requests` sums
+
+
+def test_a_canarys_window_ends_with_the_operators_decisions_or_its_time(tmp_path: Path) -> None:
+    path = tmp_path / "canary-decision.json"
+    assert haproxy_runtime.wait_decisions(str(path), 0.2, ["box1"], poll=0.05)["decisions"] == {}  # no file: no word
+    path.write_text(json.dumps({"box1": {"decision": "promote"}, "box2": {"decision": "maybe"}, "box9": "stop"}))
+    seen = haproxy_runtime.wait_decisions(str(path), 30, ["box1"], poll=0.05)
+    assert seen == {"decisions": {"box1": "promote"}, "waited_s": seen["waited_s"]} and seen["waited_s"] < 5
+    # box2's word is not a decision: the window runs out, with box1's alone
+    assert haproxy_runtime.wait_decisions(str(path), 0.2, ["box1", "box2"], poll=0.05)["decisions"] == {
+        "box1": "promote"
+    }
+    path.write_text("not json")
+    assert haproxy_runtime.decisions(str(path), ["box1"]) == {}

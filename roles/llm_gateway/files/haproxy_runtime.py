@@ -7,6 +7,7 @@
     haproxy_runtime.py backend-of ADMIN_SOCKET SERVER
     haproxy_runtime.py wait-drained ADMIN_SOCKET MASTER_SOCKET BACKEND SERVER TIMEOUT_S
     haproxy_runtime.py save-state ADMIN_SOCKET STATE_FILE
+    haproxy_runtime.py wait-decisions DECISIONS_FILE SECONDS BOX...
 
 The role installs it on the gateway (root only: both sockets are mode 0600) and its tasks, the unit's
 reload and the tests run it; the tests import it. Standard library only, Python 3.9 and later.
@@ -27,6 +28,9 @@ reload and the tests run it; the tests import it. Standard library only, Python 
   makes the new worker start from it. Without it a reload puts every box back in the pool, a box drained
   for its rebuild included. When HAProxy does not answer (not running yet), nothing is written and the
   reload goes on (exit 0).
+- wait-decisions: a canary's window (playbooks/rebuild.yml): wait SECONDS, or until DECISIONS_FILE (written by
+  playbooks/canary.yml: {box: {"decision": "promote"|"stop", ...}}) names every BOX; print {"decisions": {box:
+  decision}, "waited_s"} (no file, or none named: no decision).
 """
 
 from __future__ import annotations
@@ -137,6 +141,32 @@ def wait_drained(admin: str, master: str, backend: str, server: str, limit: floa
     }
 
 
+def decisions(path: str, boxes: list[str]) -> dict[str, str]:
+    """{box: promote|stop} that an operator recorded in the canary decisions file for ``boxes`` (none: {})."""
+    try:
+        with open(path, encoding="utf-8") as fh:
+            asked = json.load(fh)
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(asked, dict):
+        return {}
+    return {
+        box: entry["decision"]
+        for box, entry in asked.items()
+        if box in boxes and isinstance(entry, dict) and entry.get("decision") in ("promote", "stop")
+    }
+
+
+def wait_decisions(path: str, limit: float, boxes: list[str], poll: float = 1.0) -> dict:
+    """Wait ``limit`` seconds, or until the decisions file names every one of ``boxes``; what it named."""
+    start = time.monotonic()
+    while True:
+        found = decisions(path, boxes)
+        if len(found) == len(set(boxes)) or time.monotonic() - start >= limit:
+            return {"decisions": found, "waited_s": round(time.monotonic() - start, 1)}
+        time.sleep(min(poll, max(0.0, limit - (time.monotonic() - start))))
+
+
 def save_state(admin: str, dest: str) -> str:
     """Write `show servers state` to dest whole; what happened, in one line."""
     try:
@@ -158,6 +188,14 @@ USAGE = {"ask": 2, "old-workers": 1, "stat": 2, "backend-of": 2, "wait-drained":
 
 
 def main(argv: list[str]) -> int:
+    if len(argv) >= 5 and argv[1] == "wait-decisions":
+        try:
+            limit = float(argv[3])
+        except ValueError:
+            print(f"haproxy_runtime wait-decisions: SECONDS is {argv[3]!r}: give seconds, e.g. 300", file=sys.stderr)
+            return 2
+        print(json.dumps(wait_decisions(argv[2], limit, argv[4:])))
+        return 0
     if len(argv) < 2 or argv[1] not in USAGE or len(argv) != USAGE[argv[1]] + 2:
         print(__doc__, file=sys.stderr)
         return 2
