@@ -80,15 +80,20 @@ def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[
 
 
 def quantile(hist: dict[str, Any] | None, q: float) -> float | None:
-    """The upper bound of the bucket that holds the q-quantile (Prometheus' own reading, without interpolation);
-    None without observations."""
+    """The q-quantile as Prometheus' histogram_quantile reads it: linear within the bucket that holds it (from the
+    bucket below's bound, or 0); in the +Inf bucket, the highest finite bound. None without observations."""
     if not hist or hist["count"] <= 0:
         return None
     rank = q * hist["count"]
+    lower, below = 0.0, 0.0
     for le, count in hist["buckets"]:
         if count >= rank:
-            return le
-    return math.inf
+            if math.isinf(le):
+                return lower
+            inside = count - below
+            return lower + (le - lower) * ((rank - below) / inside if inside > 0 else 1.0)
+        lower, below = le, count
+    return lower
 
 
 def mean(hist: dict[str, Any] | None) -> float | None:
@@ -178,7 +183,7 @@ def verdict(
     figures["ttft_p99_s"] = {"canary": ttft_canary, "rest": ttft_rest}
     if ttft_canary is not None and ttft_rest is not None and ttft_canary > ttft_rest * float(conf["ttft_p99_ratio"]):
         reasons.append(
-            f"time to first token p99 {ttft_canary} s against the rest's {ttft_rest} s, more than"
+            f"time to first token p99 {ttft_canary:.3g} s against the rest's {ttft_rest:.3g} s, more than"
             f" gpubox_canary_ttft_p99_ratio ({conf['ttft_p99_ratio']}) times it"
         )
     gap_canary = mean(hists(canary, GAP))
