@@ -3,7 +3,8 @@
 system itself (run by playbooks/fleet_report.yml on each box, as root; changes nothing).
 
 Local facts (/etc/ansible/facts.d): gpubox_driver, gpubox_cuda, gpubox_env, gpubox_model,
-gpubox_serving, gpubox_gpu_check; the system: the running kernel, dpkg's version and selection (hold)
+gpubox_serving, gpubox_gpu_check, gpubox_canary (the last canary's verdict, playbooks/rebuild.yml);
+the system: the running kernel, dpkg's version and selection (hold)
 of the driver packages the driver fact lists, systemd's ActiveState and NRestarts of vllm.service,
 and the planned KV-cache blocks the metrics role exported (gpubox.prom in the textfile directory).
 """
@@ -80,6 +81,17 @@ def gpu_health():
     return "healthy"
 
 
+def canary(record):
+    """The last canary's verdict on this box, one line: "pass 2026-12-06T21:00 (pool_tiny)" or "fail ...: why"."""
+    if not record.get("verdict"):
+        return None
+    line = f"{record['verdict']} {str(record.get('at', '?'))[:16]} ({record.get('pool', '?')})"
+    if record.get("decided_by"):
+        line += f", {record['decided_by']}"
+    reasons = record.get("reasons") or []
+    return line + (": " + "; ".join(str(r) for r in reasons) if reasons else "")
+
+
 def main(argv):
     textfile_dir = argv[1] if len(argv) > 1 else "/var/lib/prometheus/node-exporter"
     drv, cuda, env, model, serving, check = (
@@ -111,6 +123,7 @@ def main(argv):
         "unit_state": unit.get("ActiveState") or None,
         "unit_restarts": unit.get("NRestarts") or None,
         "gpu_health": gpu_health(),
+        "canary": canary(fact("gpubox_canary")),
     }
     print(json.dumps(row, sort_keys=True))
     return 0

@@ -36,14 +36,15 @@ FIELDS: tuple[tuple[str, str], ...] = (
     ("unit_restarts", "NRestarts"),
     ("gpu_health", "GPU health"),
     ("gateway", "gateway"),
+    ("canary", "last canary"),
 )
 # Fields that say where a box stands rather than what it runs: shown, never compared with the majority (a box in
-# maintenance, playbooks/maintenance.yml, is not drift).
-NOT_COMPARED = frozenset({"gateway"})
+# maintenance, playbooks/maintenance.yml, is not drift; nor is the last canary's verdict, playbooks/rebuild.yml).
+NOT_COMPARED = frozenset({"gateway", "canary"})
 FIELD_NAMES = tuple(field[0] for field in FIELDS)
 # Columns shown whole: the GPU column is read for its problems ("healthy (but: kernel log unreadable since ...)",
 # "unhealthy: Xid 79 on ..."), which a shortened cell would cut out.
-WHOLE = frozenset({"gpu_health", "gateway"})
+WHOLE = frozenset({"gpu_health", "gateway", "canary"})
 
 
 def _norm(value: Any) -> Any:

@@ -161,3 +161,11 @@ def test_the_gateway_column_shows_maintenance_and_is_never_drift() -> None:
     assert report["hosts"]["box1"]["gateway"]["value"] == "in its pool" and report["drift"] == []
     assert "in maintenance since 2026-12-06T18:00:00+00:00 (fan)" in fleet_drift.markdown(report)
     assert fleet_drift.compare(rows)["hosts"]["box1"]["gateway"]["value"] is None  # no gateway read
+
+
+def test_the_last_canary_is_shown_whole_and_never_drift() -> None:
+    why = "fail 2026-12-06T21:00 (pool_tiny): greedy answers differ from box2's on 4 of 4 prompt(s) (first: prompt 1)"
+    rows = {"box1": {"model_id": "m", "canary": why}, "box2": {"model_id": "m"}, "box3": {"model_id": "m"}}
+    report = fleet_drift.compare(rows)
+    assert report["hosts"]["box1"]["canary"] == {"value": why, "drift": []} and report["drift"] == []
+    assert why in fleet_drift.markdown(report)  # whole: the reason is the point

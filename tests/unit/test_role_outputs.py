@@ -34,6 +34,7 @@ OWNERS = {
     "llm_gateway_canary_decisions": "llm_gateway",
     "vllm_service_canary_metrics": "vllm_service",
     "vllm_service_canary_answers": "vllm_service",
+    "gpubox_canary": "vllm_service",
     "gpubox_reboot": "gpubox",
 }
 _FACT_FILE = re.compile(r"facts\.d/([a-z0-9_]+)\.fact\b")
