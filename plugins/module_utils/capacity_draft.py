@@ -110,8 +110,7 @@ def draft_input(config: dict, model: Any, serving: dict, errors: list[str]) -> D
         problems.append(
             f"{NAME} model {model_id}: its attention layers differ in shape from gpubox_model_id's, whose "
             "sliding-window or recurrent layers would need one page size across KV cache groups, which the planner "
-            "does not model; "
-            "choose a draft with the target's KV heads and head size, or an EAGLE head trained for it"
+            "does not model; choose a draft with the target's KV heads and head size, or an EAGLE head trained for it"
         )
     errors.extend(problems)
     if problems:
@@ -122,7 +121,8 @@ def draft_input(config: dict, model: Any, serving: dict, errors: list[str]) -> D
         weights = weights * model.dtype_bytes // draft_bytes  # cast to the target's dtype while loading
     positions = facts["max_position_embeddings"]
     if config["method"] != "draft_model":  # EAGLE drafts share the target's positions
-        positions = max(positions, int(serving.get("max_model_len") or 0))
+        target_len = serving.get("max_model_len")
+        positions = max(positions, target_len if isinstance(target_len, int) else 0)
     return Draft(
         config["method"], model_id, facts["num_hidden_layers"], heads, kv_heads, facts["head_dim"],
         facts["hidden_size"], facts["intermediate_size"], facts["vocab_size"], int(weights), int(positions),
