@@ -94,6 +94,8 @@ def canary_verdict(
             "before": hostvars[other].get("gpubox_rebuild_window_start") or "",
             "after": hostvars[other].get("vllm_service_canary_metrics") or "",
         }
+    unread = [f"{name}: {hostvars[name]['gpubox_rebuild_window_error']}" for name in (box, *rest)
+              if hostvars[name].get("gpubox_rebuild_window_error")]  # fmt: skip
     answers, same = _greedy(box, list(rest), hostvars)
     judge = {k: v for k, v in settings.items() if k in canary.DEFAULTS}
     try:
@@ -103,6 +105,10 @@ def canary_verdict(
     except canary.CanaryError as exc:
         judged = {"verdict": "fail", "reasons": [f"the window could not be read: {exc}"], "figures": {}}
     out.update(judged)
+    if unread:  # a box of the comparison could not be read: never a pass but by an operator's word
+        out.update(
+            verdict="fail", reasons=[*(f"the window could not be read on {u}" for u in unread), *judged["reasons"]]
+        )
     if decided == "promote":
         out.update(verdict="pass", decided_by="promoted by an operator (playbooks/canary.yml)")
     elif decided == "stop":

@@ -194,6 +194,11 @@ def test_the_filters_judge_from_each_boxs_facts_and_an_operator_overrules() -> N
     assert f.canary_verdict({"pool": "pool_tiny"}, *args, {}, settings)["verdict"] == "fail"
     promoted = f.canary_verdict({"pool": "pool_tiny"}, *args, {"box1": "promote"}, settings)
     assert promoted["verdict"] == "pass" and promoted["decided_by"].startswith("promoted by an operator")
+    # a box of the comparison whose window could not be read: no pass but by an operator's word
+    hostvars["box2"]["gpubox_rebuild_window_error"] = "Read vLLM's own metrics.: Connection refused"
+    unread = f.canary_verdict({"pool": "pool_tiny"}, *args, {}, settings)
+    assert unread["verdict"] == "fail" and unread["reasons"][0].startswith("the window could not be read on box2")
+    del hostvars["box2"]["gpubox_rebuild_window_error"]
     # a new model commit: the greedy difference is shown, not judged
     hostvars["box1"]["ansible_local"] = {"gpubox_front_door": {"model_id": "m", "model_commit": "B"}}
     assert f.canary_greedy_failed(canaries, hostvars) == []
