@@ -74,7 +74,7 @@ def window(before: dict[str, Any] | None, after: dict[str, Any] | None) -> dict[
     old = dict(before["buckets"])
     buckets = [(le, count - old.get(le, 0.0)) for le, count in after["buckets"]]
     delta = {"buckets": buckets, "sum": after["sum"] - before["sum"], "count": after["count"] - before["count"]}
-    if delta["count"] < 0 or any(count < 0 for _, count in buckets):
+    if delta["count"] < 0 or any(pair[1] < 0 for pair in buckets):
         raise CanaryError("a box's histogram went down during the window (its engine restarted): judge again")
     return delta
 
@@ -156,7 +156,7 @@ def verdict(
 
     answers, errors = _answers(stats["before"], stats["after"], canary)
     rest_counts = [_answers(stats["before"], stats["after"], box) for box in rest]
-    rest_answers, rest_errors = sum(a for a, _ in rest_counts), sum(e for _, e in rest_counts)
+    rest_answers, rest_errors = sum(pair[0] for pair in rest_counts), sum(pair[1] for pair in rest_counts)
     figures["answers"] = {"canary": answers, "rest": rest_answers}
     figures["error_rate"] = {
         "canary": round(_rate(errors, answers), 4),
