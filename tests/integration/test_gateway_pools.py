@@ -12,7 +12,10 @@ use alpha only (gpubox_tenants' models), tenant "ops" every model.
 - bad bodies (not JSON, no model, a model of 10 MB, a duplicate model, a model that is not a string) get an
   OpenAI-style 4xx from the gateway and reach no engine;
 - /v1/models answers the models the tenant may use; a model the tenant is not given is not found at the gateway,
-  and the box's own front door refuses that tenant (403) when asked directly.
+  and the box's own front door refuses that tenant (403) when asked directly;
+- the placement key (txn.gpubox_prefix) of a chat ends where its first user message ends, as Python's json reads
+  the messages, so that every turn of a chat has its first turn's key (the control: the first 1024 bytes of those
+  turns, the key before, differ).
 """
 
 from __future__ import annotations
@@ -324,3 +327,88 @@ def test_tenants_see_and_use_only_their_models(fleet: dict) -> None:
     status, answer = _post(box_port, b'{"model": "beta"}', KEY_A)
     assert status == 403 and "beta" in answer["error"]["message"], answer
     assert _post(box_port, b'{"model": "beta"}', KEY_OPS)[0] == 200
+
+
+# --- the placement key ---------------------------------------------------------------------------------------
+PREFIX_BYTES = 1024  # the role's llm_gateway_prefix_bytes
+
+
+def _key_gateway(conf: str) -> str:
+    """The rendered file with one rule more: the gateway answers each routed request with its placement key (hex)."""
+    line = next(ln for ln in conf.splitlines() if "lua.gpubox_route" in ln)
+    answer = '    http-request return status 200 content-type text/plain lf-string "key=%[var(txn.gpubox_prefix),hex]"'
+    return conf.replace(line + "\n", f"{line}\n{answer} if {{ var(txn.gpubox_model) -m found }}\n")
+
+
+@pytest.fixture(scope="module")
+def key_port(fleet: dict) -> Iterator[int]:
+    gateway, port = fleet["start"]("keys", edit=_key_gateway)
+    try:
+        yield port
+    finally:
+        live_proxies.stop(gateway)
+
+
+def _key(port: int, body: bytes) -> bytes:
+    status, answer = _post(port, body)
+    assert status == 200 and isinstance(answer, bytes) and answer.startswith(b"key="), (status, answer)
+    return bytes.fromhex(answer[4:].decode())
+
+
+def _chat(parts: list[str], field: str = "messages") -> tuple[bytes, bytes]:
+    """A body whose conversation is the array of ``parts`` (each one element as written), and the key Python's json
+    says it has: the array up to the end of its first element whose role is "user" (json.loads keeps an object's
+    last "role"), or all of it, at most PREFIX_BYTES."""
+    array = "[" + ", ".join(parts) + "]"
+    roles = [m.get("role") if isinstance(m, dict) else None for m in json.loads(array)]
+    end = len(("[" + ", ".join(parts[: roles.index("user") + 1])).encode()) if "user" in roles else len(array.encode())
+    body = f'{{"model": "alpha", "{field}": {array}, "max_tokens": 4}}'.encode()
+    return body, array.encode()[: min(end, PREFIX_BYTES)]
+
+
+SYSTEM = json.dumps({"role": "system", "content": "You answer briefly."})
+ASKED = json.dumps({"role": "user", "content": "What is a KV cache? " * 5})
+
+
+def test_every_turn_of_a_chat_has_its_first_turns_key(key_port: int) -> None:
+    rng = random.Random(47)
+    turns, keys, old_keys = [SYSTEM, ASKED], [], []
+    for _ in range(4):
+        body, expected = _chat(turns)
+        assert _key(key_port, body) == expected
+        keys.append(expected)
+        old_keys.append(("[" + ", ".join(turns) + "]").encode()[:PREFIX_BYTES])
+        answer = " ".join(f"w{rng.randrange(1000)}" for _ in range(rng.randint(20, 60)))
+        turns += [json.dumps({"role": "assistant", "content": answer}), json.dumps({"role": "user", "content": "more"})]
+    assert len(set(keys)) == 1 and keys[0].endswith(ASKED.encode())
+    # Control: the first 1024 bytes of the conversation (the key before) differ from the first turn's at every turn.
+    assert all(old != old_keys[0] for old in old_keys[1:]), old_keys
+
+
+@pytest.mark.parametrize(
+    "parts",
+    [
+        [SYSTEM, '{"role": "\\u0075ser", "content": "escaped"}', ASKED],
+        [SYSTEM, '{"role": "user", "content": "last role wins", "role": "system"}', ASKED, SYSTEM],
+        ['{"role": "system", "content": [{"type": "text", "role": "user"}], "meta": {"role": "user"}}', ASKED],
+        ['"not a message"', "3", "null", '[1, {"role": "user"}]', ASKED, SYSTEM],
+        ['{"role": ["user"], "content": "not a string"}', '{ "role" :\t"user" ,"content":"spaced" }', ASKED],
+        ['{"content": "\\"role\\": \\"user\\"", "role": "system"}', "{}", ASKED],
+        [SYSTEM, json.dumps({"role": "assistant", "content": "no question yet"})],
+        [json.dumps({"role": "system", "content": "long " * 400}), ASKED],
+        [SYSTEM, json.dumps({"role": "user", "content": "\u00e9t\u00e9 " * 300}, ensure_ascii=False), ASKED],
+    ],
+)
+def test_the_placement_key_is_what_pythons_json_reads(key_port: int, parts: list[str]) -> None:
+    body, expected = _chat(parts)
+    assert _key(key_port, body) == expected
+    responses, expected = _chat(parts, field="input")  # the Responses API's input, an array of messages
+    assert _key(key_port, responses) == expected
+
+
+def test_a_conversation_that_is_no_array_keys_its_first_bytes(key_port: int) -> None:
+    prompt = json.dumps("Complete this: " + "word " * 400)
+    assert _key(key_port, f'{{"prompt": {prompt}, "model": "alpha"}}'.encode()) == prompt.encode()[:PREFIX_BYTES]
+    short = json.dumps([1, 2, {"role": "system"}])
+    assert _key(key_port, f'{{"model": "alpha", "prompt": {short}}}'.encode()) == short.encode()
+    assert _key(key_port, b'{"model": "alpha"}') == b""

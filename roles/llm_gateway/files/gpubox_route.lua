@@ -8,9 +8,12 @@
 --                          a string), no_model, model_not_string, duplicate_model (vLLM's json.loads would keep the
 --                          last one, this gateway would have to guess), model_too_long, too_large (the body filled
 --                          the buffer before its object ended);
---   txn.gpubox_prefix      the first N bytes (the action's argument) of the conversation as sent: the value of
---                          "messages" (chat), else "prompt" (completions), else "input" (responses, embeddings);
---                          the key of prefix-aware placement (balance hash var(txn.gpubox_prefix)).
+--   txn.gpubox_prefix      the key of prefix-aware placement (balance hash var(txn.gpubox_prefix)): the
+--                          conversation as sent, the value of "messages" (chat), else "prompt" (completions), else
+--                          "input" (responses, embeddings); where that value is an array of messages, only up to the
+--                          end of its first message whose "role" is "user" (the system prompt(s) and the first
+--                          question: what every turn of a chat starts with, so that its turns keep one key); at most
+--                          its first N bytes (the action's argument).
 -- Nested values are skipped without recursion (a body nested 100,000 deep costs one pass), strings by jumping from
 -- one quote or backslash to the next. What is not JSON outside the top-level keys it reads is left to vLLM, which
 -- refuses it with its own 400: nothing this action accepts can reach a pool other than the model it names.
@@ -96,6 +99,50 @@ local function skip_value(s, i)
   return k
 end
 
+-- The index of the "}" that closes the first object of the array at i (its "[") whose "role" is "user" (the last
+-- "role" of the object, as Python's json keeps it), or nil when there is none or the array is not read whole
+-- before index stop (the key is cut there anyway). The array was already skipped whole by skip_value.
+local function first_user_end(s, i, stop)
+  i = skip_ws(s, i + 1)
+  while i <= stop do
+    local c = string.sub(s, i, i)
+    if c ~= "{" then
+      if c == "]" then return nil end
+      local after = skip_value(s, i)
+      if not after then return nil end
+      i = after
+    else
+      local role
+      i = skip_ws(s, i + 1)
+      while string.sub(s, i, i) == '"' do
+        local key, after = read_string(s, i)
+        if not key then return nil end
+        i = skip_ws(s, after)
+        if string.sub(s, i, i) ~= ":" then return nil end
+        i = skip_ws(s, i + 1)
+        if key == "role" and string.sub(s, i, i) == '"' then
+          role, after = read_string(s, i)
+          if not role then return nil end
+        else
+          if key == "role" then role = nil end
+          after = skip_value(s, i)
+          if not after then return nil end
+        end
+        i = skip_ws(s, after)
+        if string.sub(s, i, i) ~= "," then break end
+        i = skip_ws(s, i + 1)
+      end
+      if string.sub(s, i, i) ~= "}" then return nil end
+      if role == "user" then return i end
+      i = i + 1
+    end
+    i = skip_ws(s, i)
+    if string.sub(s, i, i) ~= "," then return nil end
+    i = skip_ws(s, i + 1)
+  end
+  return nil
+end
+
 -- Reads the body's top-level object: (model, error, conversation value start, end).
 local function read_body(s)
   local i = skip_ws(s, 1)
@@ -161,6 +208,8 @@ core.register_action("gpubox_route", { "http-req" }, function(txn, prefix_bytes,
   end
   txn:set_var("txn.gpubox_model", model)
   if from then
-    txn:set_var("txn.gpubox_prefix", string.sub(body, from, math.min(to, from + tonumber(prefix_bytes) - 1)))
+    local last = math.min(to, from + tonumber(prefix_bytes) - 1)
+    if string.sub(body, from, from) == "[" then last = math.min(last, first_user_end(body, from, last) or last) end
+    txn:set_var("txn.gpubox_prefix", string.sub(body, from, last))
   end
 end, 2)
