@@ -4,7 +4,8 @@ scenarios and `make demo` share. TEST ONLY: nothing here is installed on a real 
 - ``fakegpu``: the replaying ``nvidia-smi`` and the fake sysfs (the GPU is the one simulated thing), and
   what the tests that drive them share (the replay's environment, a bin directory with the replay);
 - ``hub``: the ModelScope-compatible test hub and the tiny model it serves;
-- ``aptrepo``: the test CUDA apt repository (built from real wheels, served on loopback);
+- ``aptrepo``: the test CUDA apt repository (built from real wheels, served on loopback), and signed archives
+  of Ubuntu's shape for the driver's dated archive snapshot (``aptrepo/dated.py``);
 - ``engine_standin``: the engine stand-in (fixed TTFT and ITL, no model) and its SSE client;
 - ``stream_load``: the streaming load client of molecule/fleet and the benches;
 - ``live_proxies``: the front door (nginx) and the gateway (HAProxy) on loopback from the roles' files;

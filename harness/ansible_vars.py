@@ -85,6 +85,18 @@ def render(host: str, expression: str, **kwargs: Any) -> Any:
     return json.loads(json.dumps(value))
 
 
+def render_template(path: str | Path, variables: dict[str, Any]) -> str:
+    """A role's template file rendered over ``variables`` alone as the template action renders it (its overrides:
+    trim_blocks on, LF newlines; ansible/plugins/action/template.py)."""
+    from ansible.parsing.dataloader import DataLoader
+    from ansible.template import Templar, trust_as_template
+
+    text = trust_as_template(Path(path).read_text())
+    overrides = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
+    templar = Templar(loader=DataLoader(), variables=variables)
+    return templar.template(text, escape_backslashes=False, overrides=overrides)
+
+
 def facts(host: str, **kwargs: Any) -> dict[str, Any]:
     """The raw (templated, unchecked) gpubox_* facts of ``host``, keyed by variable name."""
     from ansible_collections.gpubox.gpubox.plugins.module_utils import state_checks

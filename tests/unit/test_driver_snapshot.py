@@ -20,7 +20,7 @@ import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import driver_snapshot as ds
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks
-from harness.ansible_vars import render
+from harness.ansible_vars import render, render_template
 
 ROOT = Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "nvidia_driver"
@@ -156,14 +156,16 @@ def test_the_pinned_stack_on_ubuntu_takes_its_build_from_the_stacks_snapshot() -
     assert plan["uri"] == "https://snapshot.ubuntu.com/ubuntu/20260101T000000Z"
     assert plan["origin"] == "snapshot.ubuntu.com"
     # the archive's own keyring checks the snapshot's Release files; only the pocket and component of the driver
-    deb = (
+    debs = [
         "deb [signed-by=/usr/share/keyrings/ubuntu-archive-keyring.gpg] "
-        "https://snapshot.ubuntu.com/ubuntu/20260101T000000Z jammy-updates restricted"
-    )
-    assert [line for line in plan["sources"].splitlines() if not line.startswith("#")] == [deb]
+        f"https://snapshot.ubuntu.com/ubuntu/20260101T000000Z {suite} restricted"
+        for suite in ("jammy-updates", "jammy-security")
+    ]
+    assert [line for line in plan["sources"].splitlines() if not line.startswith("#")] == debs
     assert 'Package: *\nPin: origin "snapshot.ubuntu.com"\nPin-Priority: -1\n' in plan["pin"]
     # the look-up asks that source, for the role's versioned packages (DKMS path: Secure Boot off)
-    assert f"cat > \"$tmp/etc/sources.list\" <<'GPUBOX_SOURCES'\n{deb}\nGPUBOX_SOURCES\n" in plan["lookup"]
+    sources = "\n".join(debs)
+    assert f"cat > \"$tmp/etc/sources.list\" <<'GPUBOX_SOURCES'\n{sources}\nGPUBOX_SOURCES\n" in plan["lookup"]
     assert (
         plan["lookup"]
         .rstrip()
@@ -236,21 +238,13 @@ def test_a_bad_snapshot_in_a_stack_row_is_named_as_the_stacks() -> None:
 
 
 def render_pref(version: str, snapshot: dict[str, Any]) -> str:
-    from ansible.parsing.dataloader import DataLoader
-    from ansible.template import Templar, trust_as_template
-
     variables = {
         "ansible_managed": "MANAGED",
         "_nvidia_driver_version": version,
         "__nvidia_driver_pin_globs": "*nvidia* libcuda* libnv*",
         "_nvidia_driver_snapshot": snapshot,
     }
-    text = trust_as_template((ROLE / "templates" / "nvidia-driver.pref.j2").read_text())
-    # the template action's overrides (ansible/plugins/action/template.py): trim_blocks on, "\n" newlines
-    overrides = {"trim_blocks": True, "lstrip_blocks": False, "newline_sequence": "\n"}
-    return Templar(loader=DataLoader(), variables=variables).template(
-        text, escape_backslashes=False, overrides=overrides
-    )
+    return render_template(ROLE / "templates" / "nvidia-driver.pref.j2", variables)
 
 
 def test_control_without_a_snapshot_the_pin_file_is_what_it_was_byte_for_byte() -> None:
