@@ -16,7 +16,7 @@ transitional package that pulls 580-server), the stack names the date of an arch
   state under a temporary directory, the same signature check, nothing outside that directory written).
 
 ``decide()`` is what the role's tasks call (filter gpubox.gpubox.driver_snapshot); tests/unit/test_driver_snapshot.py
-and tests/integration/test_driver_snapshot.py run its text through Ansible and through real apt.
+and tests/integration/test_driver_snapshot_apt.py run its text through Ansible and through real apt.
 """
 
 from __future__ import annotations
@@ -119,7 +119,9 @@ class Source:
         apt runs in a private state under a temporary directory (sources, lists, cache, an empty dpkg status),
         with the box's proxy settings (``Acquire::*::Proxy*`` of ``apt-config dump``) and none of its hooks; the
         index is checked against the keyring as for any source (an unsigned or wrongly signed one: apt's error,
-        exit 100). Nothing outside the directory is written, and the directory is removed."""
+        exit 100), and an index apt cannot fetch is an error too (``APT::Update::Error-Mode "any"``, apt-get's
+        ``--error-on=any``: by default apt-get update exits 0 on a failed fetch). Nothing outside the directory is
+        written, and the directory is removed."""
         lines = "\n".join(self.lines())
         names = " ".join(shlex.quote(name) for name in packages)
         return f"""set -euo pipefail
@@ -134,7 +136,7 @@ cat > "$tmp/etc/sources.list" <<'GPUBOX_SOURCES'
 GPUBOX_SOURCES
 {{ apt-config dump | grep -E '^Acquire::[a-z]+::Proxy' || true
   printf 'Dir::Etc "%s/etc/";\\nDir::State "%s/state/";\\nDir::State::status "%s/state/status";\\n' "$tmp" "$tmp" "$tmp"
-  printf 'Dir::Cache "%s/cache/";\\n' "$tmp"
+  printf 'Dir::Cache "%s/cache/";\\nAPT::Update::Error-Mode "any";\\n' "$tmp"
 }} > "$tmp/apt.conf"
 export APT_CONFIG="$tmp/apt.conf" LC_ALL=C
 apt-get -q update >&2

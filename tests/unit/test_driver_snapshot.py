@@ -5,7 +5,7 @@ checked (format, the service's first day, never in the future), the role decides
 stack's for the stack's own version, nvidia_driver_apt_snapshot's, or none) with the expression validate.yml runs,
 rendered here by Ansible's own templar, and renders an apt source signed-by the archive's keyring and a pin that lets
 nothing but the pinned build come from the snapshot. The controls: a box without a snapshot renders the pin file
-exactly as before, byte for byte, and gets no source. tests/integration/test_driver_snapshot.py runs the same text
+exactly as before, byte for byte, and gets no source. tests/integration/test_driver_snapshot_apt.py runs the same text
 through real apt.
 """
 

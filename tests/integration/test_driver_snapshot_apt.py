@@ -12,9 +12,11 @@ state under a temporary directory; the look-up runs exactly as the role runs it.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import os
 import shutil
+import socket
 import subprocess
 import tempfile
 from collections.abc import Iterator
@@ -276,6 +278,24 @@ def test_a_snapshot_the_archive_key_did_not_sign_is_refused(world: World, tmp_pa
     assert update.returncode == 100 and says in update.stderr, update.stderr
     assert apt.candidates(*VERSIONED) == dict.fromkeys(VERSIONED, NOW_535)
     assert PIN not in apt("apt-cache", "madison", *VERSIONED).stdout
+
+
+def test_a_snapshot_the_box_cannot_reach_is_refused_not_ignored(world: World, tmp_path: Path) -> None:
+    closed = socket.socket()
+    closed.bind(("127.0.0.2", 0))  # a port bound and never listened on: connections are refused
+    try:
+        gone = dataclasses.replace(world, service=f"http://127.0.0.2:{closed.getsockname()[1]}/ubuntu/")
+        proc = look_up(gone)
+        assert proc.returncode == 100 and proc.stdout == "", proc.stdout + proc.stderr
+        assert "E: Failed to fetch" in proc.stderr, proc.stderr
+        # control: apt-get update's default is a warning and exit 0, so the look-up would have passed on nothing
+        role = plan(gone)
+        apt = BoxApt(tmp_path / "box", world.archive, world.keyring, sources=role["sources"], pref=pref(role))
+        update = apt.update()
+        assert update.returncode == 0 and "W: Failed to fetch" in update.stderr, update.stdout + update.stderr
+        assert PIN not in apt("apt-cache", "madison", *VERSIONED).stdout
+    finally:
+        closed.close()
 
 
 # --- another source on the snapshot host ------------------------------------------------------------------------------
