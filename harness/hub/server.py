@@ -3,7 +3,7 @@
 
     python3 server.py MODEL_DIR --model-id OWNER/NAME [--bind 127.0.0.1] [--port 0]
                       [--port-file F] [--log F] [--faults-file F] [--revision master]
-                      [--commit-dir DIR ...] [--branch-file F]
+                      [--commit-dir DIR ...] [--branch-file F] [--also OWNER/NAME=DIR ...]
                       [--tls-cert CERT.pem --tls-key KEY.pem]
 
 It answers the requests the real `modelscope` client makes (docs/facts.md, "ModelScope"):
@@ -18,8 +18,10 @@ The model is served at the branch name given by --revision and at a commit id de
 files' hashes (so it changes exactly when the content changes). Each --commit-dir is another commit
 of the same model (another directory of files), served at its own commit id. The branch points at
 MODEL_DIR's commit, or at the commit id written in --branch-file (re-read whenever its mtime
-changes): writing another commit id there is an upstream push that moves the branch. Files are
-hashed once at start; do not change the directories while the hub runs.
+changes): writing another commit id there is an upstream push that moves the branch. Each --also is
+another model at the same endpoint (a hub serves many: a speculative draft beside the model), one commit
+of DIR's files at the same branch name. Files are hashed once at start; do not change the directories
+while the hub runs.
 
 Fault injection, for tests (simulated network and storage faults):
     POST /_faults  {"drop_after_bytes": {"model.safetensors": 100000}}
@@ -371,6 +373,7 @@ class HubHandler(BaseHTTPRequestHandler):
     server_version = "gpubox-test-hub/1"
     # set on the class by make_server()
     repo: HubRepo
+    others: dict[tuple[str, str], HubRepo]  # --also: more models at the same endpoint, by (owner, name)
     faults: Faults
     faults_file: FaultsFile
     request_log: RequestLog
@@ -436,7 +439,7 @@ class HubHandler(BaseHTTPRequestHandler):
             return self._json(200, ok({"commit": self.repo.branch_head(), "commits": commits}), head)
         storage = re.fullmatch(r"/_storage/([0-9a-f]{40})/(.+)", url.path)
         if storage:  # the simulated storage host a redirected file points at
-            model = self.repo.commits.get(storage.group(1))
+            model = next((r.commits[storage.group(1)] for r in self._repos() if storage.group(1) in r.commits), None)
             if model is None:
                 return self._json(404, error(404, f"no commit {storage.group(1)} in storage"), head)
             return self._send_file(model, unquote(storage.group(2)), head, redirected=True)
@@ -445,11 +448,11 @@ class HubHandler(BaseHTTPRequestHandler):
         m = re.fullmatch(r"/api/v1/models/([^/]+)/([^/]+)(/revisions|/repo/files|/repo)?", url.path)
         if not m:
             return self._json(404, error(404, f"unknown path {url.path}"), head)
-        first = self.repo.first
-        if (m.group(1), m.group(2)) != (first.owner, first.name):
+        repo = next((r for r in self._repos() if (r.first.owner, r.first.name) == (m.group(1), m.group(2))), None)
+        if repo is None:
             return self._json(404, error(10010205001, f"model {m.group(1)}/{m.group(2)} not found"), head)
         revision = query.get("Revision")
-        model = self.repo.resolve(revision)
+        model = repo.resolve(revision)
         if model is None or not model.knows_revision(revision):
             return self._json(404, error(10010205001, f"revision {revision} not found"), head)
         kind = m.group(3)
@@ -484,6 +487,9 @@ class HubHandler(BaseHTTPRequestHandler):
                 return self._raw_json(200, raw.replace('"Nested": null', f'"Nested": {nested}', 1).encode(), head)
             return self._json(200, ok({"Files": files, "LatestCommitter": {}}), head)
         return self._send_file(model, query.get("FilePath", ""), head)
+
+    def _repos(self) -> list[HubRepo]:
+        return [self.repo, *self.others.values()]
 
     def _send_extra(self, content: bytes, head: bool) -> None:
         self.send_response(HTTPStatus.OK)
@@ -564,12 +570,20 @@ def make_server(args: argparse.Namespace) -> ThreadingHTTPServer:
     if len({m.commit for m in commits}) != len(commits):
         raise SystemExit("two of the model directories hold the same files (the same commit): pass distinct ones")
     repo = HubRepo(commits, args.branch_file)
+    others = {}
+    for also in args.also:  # OWNER/NAME=DIR: another model at this endpoint (e.g. a speculative draft), one commit
+        model_id, sep, model_dir = also.partition("=")
+        other = HubRepo([load_model(Path(model_dir), model_id, args.revision)], None)
+        if not sep or (other.first.owner, other.first.name) in {(repo.first.owner, repo.first.name), *others}:
+            raise SystemExit(f"--also {also!r} must be OWNER/NAME=DIR of another model id")
+        others[(other.first.owner, other.first.name)] = other
     faults = Faults()
     handler = type(
         "BoundHubHandler",
         (HubHandler,),
         {
             "repo": repo,
+            "others": others,
             "faults": faults,
             "faults_file": FaultsFile(args.faults_file, faults),
             "request_log": RequestLog(args.log),
@@ -594,6 +608,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--commit-dir", type=Path, action="append", default=[], help="another commit of the model (repeatable)"
     )
     parser.add_argument("--branch-file", type=Path, help="file naming the commit id the branch points at")
+    parser.add_argument(
+        "--also", action="append", default=[], help="OWNER/NAME=DIR: another model served at this endpoint (repeatable)"
+    )
     parser.add_argument("--bind", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, default=0, help="port to listen on; 0 picks a free one")
     parser.add_argument("--port-file", type=Path, help="write the bound port here once listening")

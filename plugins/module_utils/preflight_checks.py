@@ -39,6 +39,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     capacity_planner,
     gpu_parsers,
     model_catalog,
+    speculative_config,
     stacks,
     state_checks,
 )
@@ -150,6 +151,7 @@ class HostFacts:
     disk_free_bytes: int | None = None
     disk_mount: str | None = None
     model_bytes_present: int | None = None
+    draft_bytes_present: int | None = None  # the speculative draft's published files (gpubox_speculative_config)
     model_root_stat: str | None = None
     model_root_problems: tuple[str, ...] = ()
     secure_boot: bool | None = None
@@ -491,16 +493,31 @@ def _check_disk(
         report.row(f"disk at {root}", f"{_gib(free)} free on {mount}", None)
         return
     present = host.model_bytes_present if host.model_bytes_present and host.model_bytes_present > 0 else 0
-    need = max(0, model["weights_bytes"] - present) + headroom
+    draft, draft_present = _draft_bytes(config), max(0, host.draft_bytes_present or 0)
+    need = max(0, model["weights_bytes"] - present) + max(0, draft - draft_present) + headroom
     ok = free >= need
     report.row(f"disk at {root}", f"{_gib(free)} free on {mount} (need {_gib(need)})", ok)
     if not ok:
+        also = f" + the speculative draft's {_gib(draft)} - {_gib(draft_present)} already there" if draft else ""
         report.errors.append(
             f"gpubox_model_root ({root}, filesystem {mount}) has {_gib(free)} free but the model needs "
-            f"{_gib(need)} (weights {_gib(model['weights_bytes'])} - {_gib(present)} already there + "
+            f"{_gib(need)} (weights {_gib(model['weights_bytes'])} - {_gib(present)} already there{also} + "
             f"preflight_disk_headroom_bytes {_gib(headroom)}): free space, or point gpubox_model_root at a "
             "larger filesystem"
         )
+
+
+def _draft_bytes(config: dict[str, Any]) -> int:
+    """The weight files of gpubox_speculative_config's second checkpoint (0 without one; a draft whose facts cannot
+    be read is the desired state's error)."""
+    spec = config.get("gpubox_speculative_config")
+    if not speculative_config.is_draft(spec):
+        return 0
+    try:
+        facts = speculative_config.draft_facts("gpubox_speculative_config", spec["model"], spec.get("config"))
+    except ValueError:
+        return 0
+    return int(facts["weights_bytes"])
 
 
 def _check_model_root_owner(host: HostFacts, config: dict[str, Any], report: _Report) -> None:

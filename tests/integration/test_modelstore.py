@@ -44,10 +44,12 @@ import pytest
 import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import (
+    lock_file,
     model_client,
     state_checks,
     store_layout,
     store_progress,
+    vllm_cmdline,
 )
 from ansible_collections.gpubox.gpubox.plugins.module_utils import model_publish as lib
 from harness import ansible_vars
@@ -733,9 +735,12 @@ def test_options_fed_by_facts_or_role_knobs_have_no_second_default() -> None:
 
     import yaml
 
-    tasks = (ROOT / "roles/model_store/tasks/main.yml").read_text()
+    tasks = (ROOT / "roles/model_store/tasks/publish.yml").read_text()
     task = tasks.split("gpubox.gpubox.model_store: &model_store_args", 1)[1].split("register:", 1)[0]
     passed = dict(re.findall(r"^    (\w+): \"\{\{ (?:__model_store_state\.)?(gpubox_\w+|model_store_\w+)", task, re.M))
+    # each checkpoint's fields (the desired_state lookup's gpubox_model_checkpoints) are the desired state's too
+    item = re.findall(r"^    (\w+): \"\{\{ __model_store_item\.(\w+)", task, re.M)
+    passed |= {option: f"gpubox_model_checkpoints.{field}" for option, field in item}
     defaults = yaml.safe_load((ROOT / "roles/model_store/defaults/main.yml").read_text())
     assert {"revision", "root", "reserve_bytes"} <= set(passed)
     for option, source in passed.items():
@@ -1484,3 +1489,157 @@ def test_the_root_path_walk_follows_root_links_and_stops_at_loops(store_root: Pa
     assert f"lies under {work / 'a'}, mode 0777" in problem
     (work / "file").write_text("x")
     assert "not a directory" in store_layout.root_path_problems(work / "file" / "models")[0]
+
+
+# --------------------------------------------------------------------------------------------------
+# The second checkpoint of speculative decoding (gpubox_speculative_config): the role, for real
+# --------------------------------------------------------------------------------------------------
+DRAFT_ID = "Qwen/Tiny-Draft"
+# One play per run: the role's main entry, as playbooks/serving.yml runs it; the facts directory and the box's pins
+# (role-internal paths) go to each case's own directory instead of this machine's /etc and /var/lib. One case at a
+# time: without systemd the store ends a run by killing every process of the download user's uid, which both cases
+# share here (a box runs one store, its client in a transient unit of its own).
+STORE_PLAY = """
+- hosts: store_cases
+  serial: 1
+  gather_facts: true
+  gather_subset: [min]
+  tasks:
+    - ansible.builtin.include_role:
+        name: model_store
+      vars:
+        __model_store_fact_dir: "{{ case_dir }}/facts.d"
+        __model_store_pin_file: "{{ case_dir }}/model-pins.json"
+"""
+
+
+@pytest.fixture(scope="session")
+def draft_dir(client_venv: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A third tiny model (another seed, the same tokenizer and shape): the draft model."""
+    out = tmp_path_factory.mktemp("draft") / "draft"
+    maker = [str(client_venv / "bin/python"), str(HUB / "make_tiny_model.py"), str(out), "--seed", "3"]
+    subprocess.run(maker, check=True, capture_output=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def hub_draft(start_hub: Callable[..., Hub], models: dict[str, Path], draft_dir: Path) -> Hub:
+    """The hub serving the model and, at the same endpoint, the draft (as ModelScope serves both)."""
+    return start_hub(models["a"], extra=("--also", f"{DRAFT_ID}={draft_dir}"))
+
+
+def listed_commit(hub: Hub, model_id: str) -> str:
+    """The commit the hub's listing names for model_id at master (every blob names it)."""
+    url = f"{hub.endpoint}/api/v1/models/{model_id}/repo/files?Revision=master&Recursive=True"
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return next(f["Revision"] for f in json.loads(resp.read())["Data"]["Files"] if f["Type"] == "blob")
+
+
+def state_of(host_vars: dict[str, Any]) -> dict[str, Any]:
+    """The desired state the lookup gives a box of gpu_2x3090 with these gpubox_* variables."""
+    extra = {k: v for k, v in host_vars.items() if k.startswith("gpubox_")}
+    query = "query('gpubox.gpubox.desired_state') | first"
+    return ansible_vars.render("unit-draft", query, groups=("gpu_2x3090",), extra_vars=extra)
+
+
+def planner_config(model_dir: Path) -> dict[str, Any]:
+    """gpubox_model_config's config.json form for a generated model: its config.json and its weight files' size."""
+    weights = sum(p.stat().st_size for p in model_dir.glob("*.safetensors"))
+    return {"config_json": json.loads((model_dir / "config.json").read_text()), "weights_bytes": weights}
+
+
+def test_the_model_store_publishes_the_speculative_draft_beside_the_model_with_its_lock_entry(
+    hub_draft: Hub, client_venv: Path, models: dict[str, Path], draft_dir: Path, tmp_path: Path
+) -> None:
+    """roles/model_store over two boxes on this machine (connection local), each its own store root: the desired
+    state names a draft model (gpubox_speculative_config, lts-580); the role runs its one publish step per checkpoint
+    (tasks/publish.yml), so the draft is fetched by the same client, verified, published at <root>/Tiny-Draft,
+    recorded in its own local fact and locked (models.lock.json) like the model; the vLLM command line names that
+    path. The control, box "tampered": the same, with a lock entry that pins other content for the draft: the model
+    is published, the draft is refused before anything of it is published, naming the lock."""
+    speculative = {"method": "draft_model", "model": DRAFT_ID, "revision": "master", "num_speculative_tokens": 3,
+                   "config": planner_config(draft_dir)}  # fmt: skip
+    cases = {}
+    for name in ("draft", "tampered"):
+        case_dir = base_dir("roles") / f"{tmp_path.name}-{name}"
+        shutil.rmtree(case_dir, ignore_errors=True)
+        case_dir.mkdir()
+        cases[name] = case_dir
+    # the draft's commit as the hub names it, pinned with other content: what a hub serving other weights looks like
+    pinned = {"commit": listed_commit(hub_draft, DRAFT_ID), "endpoint": hub_draft.endpoint, "content_sha256": "0" * 64}
+    (cases["tampered"] / "models.lock.json").write_text(lock_file.render_lock({f"{DRAFT_ID}@master": pinned}))
+    box = {
+        "ansible_connection": "local",
+        "ansible_python_interpreter": sys.executable,
+        "vault_gpubox_api_key": ansible_vars.TEST_KEY,
+        "gpubox_stack": "lts-580",
+        "gpubox_model_id": MODEL_ID,
+        "gpubox_model_config": planner_config(models["a"]),
+        "gpubox_speculative_config": speculative,
+        "gpubox_env_prefix": str(client_venv),
+        "model_store_endpoint": hub_draft.endpoint,
+        "model_store_allow_http": True,
+        "model_store_lock_allow_http": True,
+        "model_store_download_user": DOWNLOAD_USER,
+        "model_store_poll_interval": 1,
+        "model_store_timeout": 300,
+        "model_store_retries": 0,
+        "model_store_reserve_bytes": 0,
+    }
+    hosts = {
+        name: {
+            **box,
+            "case_dir": str(case_dir),
+            "gpubox_model_root": str(case_dir / "models"),
+            "gpubox_model_lock_file": str(case_dir / "models.lock.json"),
+            "model_store_progress_file": str(case_dir / "progress.json"),
+        }
+        for name, case_dir in cases.items()
+    }
+    inventory = {
+        "all": {
+            "children": {
+                "gpu_boxes": {"hosts": hosts},
+                "gpu_2x3090": {"hosts": dict.fromkeys(hosts)},
+                "store_cases": {"hosts": dict.fromkeys(hosts)},
+            }
+        }
+    }
+    (tmp_path / "group_vars").symlink_to(ROOT / "inventories/production/group_vars")
+    mark = hub_draft.mark()
+    run = ansible_vars.run_playbook(inventory, STORE_PLAY, tmp_path)
+    try:
+        failed = ansible_vars.first_failure(run["draft"])
+        logs = {p.name: p.read_text()[-2000:] for p in (cases["draft"] / "models").glob(".staging/*.log")}
+        assert failed is None, f"{failed['task']}: {failed.get('msg')}\n{logs}"
+        root = cases["draft"] / "models"
+        same_content(root / "Tiny-Instruct", models["a"])
+        same_content(root / "Tiny-Draft", draft_dir)
+        assert hub_draft.file_gets(mark, "config.json") and any(
+            f"/{DRAFT_ID}/repo" in e["path"] for e in hub_draft.file_gets(mark)
+        )
+        facts = {n: json.loads((cases["draft"] / "facts.d" / f"{n}.fact").read_text())
+                 for n in ("gpubox_model", "gpubox_model_draft")}  # fmt: skip
+        assert facts["gpubox_model_draft"]["model_id"] == DRAFT_ID
+        assert facts["gpubox_model_draft"]["path"] == str(root / "Tiny-Draft")
+        assert facts["gpubox_model_draft"]["commit"] != facts["gpubox_model"]["commit"]
+        lock = json.loads((cases["draft"] / "models.lock.json").read_text())["models"]
+        assert lock[f"{DRAFT_ID}@master"]["commit"] == facts["gpubox_model_draft"]["commit"]
+        assert lock[f"{DRAFT_ID}@master"]["content_sha256"] == facts["gpubox_model_draft"]["content_sha256"]
+        assert lock[f"{MODEL_ID}@master"]["commit"] == facts["gpubox_model"]["commit"]
+        # the command line of the vLLM unit names the published draft
+        state = state_of(hosts["draft"])
+        assert state["errors"] == [], state["errors"]
+        argv = vllm_cmdline.vllm_args(state)
+        rendered = json.loads(argv[argv.index("--speculative-config") + 1])
+        assert rendered == {"method": "draft_model", "model": str(root / "Tiny-Draft"), "num_speculative_tokens": 3}
+        assert (Path(rendered["model"]) / "config.json").is_file()
+
+        refused = ansible_vars.first_failure(run["tampered"])
+        assert refused and "content" in refused["msg"] and DRAFT_ID in refused["msg"], refused
+        same_content(cases["tampered"] / "models" / "Tiny-Instruct", models["a"])
+        assert not (cases["tampered"] / "models" / "Tiny-Draft").exists()
+        assert not (cases["tampered"] / "facts.d" / "gpubox_model_draft.fact").exists()
+    finally:
+        for case_dir in cases.values():
+            shutil.rmtree(case_dir, ignore_errors=True)
