@@ -316,8 +316,9 @@ class Engine:
                 )
                 await self.stream(writer, chat, rid, created, tokens, prompt_tokens, bool(usage), started, ttft)
             else:
-                await asyncio.sleep(ttft + self.itl * (tokens - 1))
-                self.first_token(started)
+                await asyncio.sleep(ttft)
+                self.first_token(started)  # the first token is computed now; the answer goes out whole at the end
+                await asyncio.sleep(self.itl * (tokens - 1))
                 for _ in range(tokens - 1):
                     self.stats.tpot.observe(self.itl)
                 text = " ".join([self.word] * tokens)
