@@ -444,7 +444,7 @@ def test_speculative_decoding_is_planned_by_method() -> None:
     [
         ({"method": "eagle3", "num_speculative_tokens": 3}, "give its model"),
         ({"method": "ngram"}, "num_speculative_tokens must be an integer"),
-        ({"method": "ngram", "num_speculative_tokens": 3, "model": "x"}, "keys gpubox does not plan for method ngram: model"),
+        ({"method": "ngram", "num_speculative_tokens": 3, "model": "x"}, "for method ngram: model"),
         ({"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 5, "prompt_lookup_max": 2}, "min"),
         ("ngram", "must be a mapping"),
     ],
