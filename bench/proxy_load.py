@@ -2,7 +2,7 @@
 """What the front door and the gateway add under concurrent streams (issue 22, first part): a bench, not a test.
 
     python bench/proxy_load.py [--levels 1,32,128,256,512] [--tokens 32] [--ttft-ms 50] [--itl-ms 20]
-                               [--requests 2] [--out bench/proxy-load.json]
+                               [--requests 10] [--out bench/proxy-load.json]
 
 Side by side, in one run, on this machine's loopback:
   direct        the client -> the engine stand-in;
@@ -10,8 +10,10 @@ Side by side, in one run, on this machine's loopback:
   gateway       the client -> HAProxy with roles/llm_gateway's rendered file (TLS) -> the front door -> the stand-in.
 At each level N, N clients each send --requests streaming chat completions of --tokens tokens one after the
 other on one kept-alive connection, all starting together. Per path and level: TTFT (request sent -> first
-token's event) and ITL (gap between token events) p50/p99, the connection set-up (TCP, and TLS for the proxies;
-not in TTFT) p50/p99, completed streams per second, the most streams in
+token's event) and ITL (gap between token events) p50/p99; TTFT apart for each connection's first stream (at a
+level's start all clients' at once: behind the gateway each opens a TLS connection to the box unless an idle one
+is reused) and for the later ones (kept alive: the steady state); the connection set-up (TCP, and TLS for the
+proxies; not in TTFT) p50/p99, completed streams per second, the most streams in
 flight at once, errors and truncated streams (a stream is whole when it ends with `data: [DONE]` after exactly
 --tokens token events). The most concurrent streams held is the highest level with 0 errors and 0 truncated.
 
@@ -91,7 +93,8 @@ class Client:
                 "stream": True}  # fmt: skip
         session = {"X-Session-Id": f"s{id(self) % 9973}"}
         message = sse_client.request("/v1/chat/completions", "localhost", KEY, body, session)
-        if self.writer is None:
+        opened = self.writer is None
+        if opened:
             await self.connect()
         sent = time.perf_counter()
         self.writer.write(message)
@@ -109,6 +112,7 @@ class Client:
             run.in_flight -= 1
         if times:
             run.ttft.append(times[0] - sent)
+            (run.ttft_first if opened else run.ttft_kept).append(times[0] - sent)
             run.itl.extend(b - a for a, b in zip(times, times[1:]))
         if done and len(times) == run.tokens:
             run.completed += 1
@@ -133,6 +137,8 @@ class Run:
         # one context for every connection of the run (the rendered files' self-signed certificates unchecked)
         self.tls_context = live_proxies.unverified_tls() if tls else None
         self.ttft: list[float] = []
+        self.ttft_first: list[float] = []  # the first stream on each connection (just opened)
+        self.ttft_kept: list[float] = []  # the later ones, on a kept-alive connection
         self.itl: list[float] = []
         self.connect: list[float] = []  # TCP (+ TLS) connection set-up, not in TTFT
         self.errors: list[str] = []
@@ -157,6 +163,8 @@ class Run:
             "most_in_flight": self.most_in_flight, "wall_s": round(wall, 2),
             "streams_per_s": round(self.completed / wall, 1) if wall else None,
             "ttft_p50_ms": ms(self.ttft, 50), "ttft_p99_ms": ms(self.ttft, 99),
+            "ttft_first_p50_ms": ms(self.ttft_first, 50), "ttft_first_p99_ms": ms(self.ttft_first, 99),
+            "ttft_kept_p50_ms": ms(self.ttft_kept, 50), "ttft_kept_p99_ms": ms(self.ttft_kept, 99),
             "itl_p50_ms": ms(self.itl, 50), "itl_p99_ms": ms(self.itl, 99),
             "connect_p50_ms": ms(self.connect, 50), "connect_p99_ms": ms(self.connect, 99),
         }  # fmt: skip
@@ -200,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tokens", type=int, default=32)
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=20.0)
-    parser.add_argument("--requests", type=int, default=2, help="streams per client, one after the other")
+    parser.add_argument("--requests", type=int, default=10, help="streams per client, one after the other")
     parser.add_argument("--out", default=str(ROOT / "bench" / "proxy-load.json"))
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",") if x.strip()]

@@ -494,23 +494,33 @@ def added_ttft_lines(results: dict[str, list[dict]], source: str) -> list[str]:
     return [*lines, ""]
 
 
+PROXY_HEADING = "# Streams through the front door and the gateway (bench/proxy_load.py)"
+
+
 def proxy_load_report(path: Path = PROXY_LOAD) -> str:
     """bench/proxy_load.py's run of record: direct, front door and gateway side by side (never made up here)."""
-    lines = ["", "# Streams through the front door and the gateway (bench/proxy_load.py)", ""]
+    lines = ["", PROXY_HEADING, ""]
     if not path.is_file():
         return "\n".join([*lines, f"No run recorded (run: make bench-load, which writes {shown(path)}).", ""])
     data = json.loads(path.read_text())
     standin = data["stand_in"]
+    split = any("ttft_kept_p99_ms" in r for rows in data["results"].values() for r in rows)
     lines += [
         f"Command: `{data['command']}` ({data['when']}, {data['machine']}, {data['nginx']}). The engine is the",
         f"TEST ONLY stand-in (TTFT {standin['ttft_ms']:g} ms, ITL {standin['itl_ms']:g} ms, {standin['tokens']} tokens"
         f" a stream, {data['requests_per_client']} streams a client one after the other); client, proxies and",
         "stand-in share the machine's cores. The stand-in's own TTFT and ITL are the floor every path starts from;",
-        "TTFT counts from the request sent on an open connection (the connection's set-up is its own column).",
+        "TTFT counts from the request sent on an open connection (the connection's set-up is its own column)"
+        + (
+            "; first: each connection's first stream (a level's clients all start at once), kept: the later ones."
+            if split
+            else "."
+        ),
         "",
         "| level | path | streams ok / sent | errors | truncated | most in flight | streams/s "
-        "| TTFT p50 / p99 ms | ITL p50 / p99 ms | connect p50 / p99 ms |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| TTFT p50 / p99 ms | ITL p50 / p99 ms | connect p50 / p99 ms |"
+        + (" TTFT p99 ms: first / kept |" if split else ""),
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|" + ("---:|" if split else ""),
     ]
     for level, name, r in by_level(data["results"]):
         lines.append(
@@ -518,10 +528,33 @@ def proxy_load_report(path: Path = PROXY_LOAD) -> str:
             f"| {r['most_in_flight']} | {fmt(r['streams_per_s'])} | {fmt(r['ttft_p50_ms'])} / "
             f"{fmt(r['ttft_p99_ms'])} | {fmt(r['itl_p50_ms'])} / {fmt(r['itl_p99_ms'])} "
             f"| {fmt(r.get('connect_p50_ms'))} / {fmt(r.get('connect_p99_ms'))} |"
+            + (f" {fmt(r.get('ttft_first_p99_ms'))} / {fmt(r.get('ttft_kept_p99_ms'))} |" if split else "")
         )
     held = ", ".join(f"{name} {n}" for name, n in data["most_streams_held"].items())
     lines += ["", f"Most concurrent streams held with 0 errors and 0 truncated: {held}.", ""]
-    return "\n".join([*lines, *added_ttft_lines(data["results"], "")])
+    return "\n".join([*lines, *added_ttft_lines(data["results"], ""), *gateway_goal_lines(data["results"])])
+
+
+PROXY_GOAL_LEVEL, PROXY_GOAL_MS = 32, 10.0
+
+
+def gateway_goal_lines(results: dict[str, list[dict]]) -> list[str]:
+    """Issue 47's goal: at 32 streams the gateway adds at most 10 ms to the front door's p99 TTFT, side by side;
+    read on the streams of kept-alive connections (the steady state), with the connections' first streams beside."""
+    rows = {name: next((r for r in results.get(name, []) if r["level"] == PROXY_GOAL_LEVEL), None)
+            for name in ("front door", "gateway")}  # fmt: skip
+    front, gateway = rows["front door"], rows["gateway"]
+    if not (front and gateway and gateway.get("ttft_kept_p99_ms") is not None and front.get("ttft_kept_p99_ms")):
+        return []
+    kept = gateway["ttft_kept_p99_ms"] - front["ttft_kept_p99_ms"]
+    first = gateway["ttft_first_p99_ms"] - front["ttft_first_p99_ms"]
+    met = kept <= PROXY_GOAL_MS
+    return [
+        f"Goal (issue 47): the gateway adds at most {PROXY_GOAL_MS:g} ms to the front door's p99 TTFT at"
+        f" {PROXY_GOAL_LEVEL} streams: {'met' if met else 'NOT met'} on kept-alive connections ({kept:+.1f} ms);"
+        f" each connection's first stream, all {PROXY_GOAL_LEVEL} at once: {first:+.1f} ms.",
+        "",
+    ]
 
 
 GUIDELLM_LOAD = ROOT / "bench" / "guidellm-load.json"
@@ -893,11 +926,22 @@ def main(argv: list[str] | None = None) -> int:
         help="print only the V1 calibration section; with --out, replace that section of the file and keep the rest",
     )
     parser.add_argument(
+        "--proxy-only",
+        action="store_true",
+        help="print only the proxy_load section; with --out, replace that section of the file, keep the rest",
+    )
+    parser.add_argument(
         "--placement-only",
         action="store_true",
         help="print only the placement section; with --out, replace (or add) that section of the file, keep the rest",
     )
     args = parser.parse_args(argv)
+    if args.proxy_only:
+        section = proxy_load_report()
+        print(section)
+        if args.out:
+            args.out.write_text(replace_section(args.out.read_text(), PROXY_HEADING, section, PLACEMENT_HEADING))
+        return 0
     if args.placement_only:
         section = placement_load_report()
         print(section)

@@ -29,6 +29,8 @@ def test_every_path_carries_whole_streams_and_the_report_shows_them(tmp_path: Pa
         for r in rows:
             assert (r["completed"], r["errors"], r["truncated"]) == (r["level"] * 2, 0, 0), r
             assert r["ttft_p50_ms"] >= 20 and r["most_in_flight"] == r["level"]
+            # each client's first stream apart from its second (kept alive)
+            assert r["ttft_first_p50_ms"] >= 20 and r["ttft_kept_p50_ms"] >= 20, r
     assert data["most_streams_held"] == {"direct": 4, "front door": 4, "gateway": 4}
     text = bench.proxy_load_report(out)
     assert "| 4 | gateway | 8 / 8 | 0 | 0 | 4 |" in text

@@ -1,0 +1,65 @@
+"""bench/report.py's section of bench/proxy_load.py: each connection's first stream apart from the kept-alive ones,
+and issue 47's goal read on the kept-alive ones (the run itself starts nginx and HAProxy:
+tests/integration/test_proxy_load.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import report as bench
+
+
+def row(level: int, p99: float, first: float | None = None, kept: float | None = None) -> dict:
+    out = {"level": level, "streams": 2 * level, "completed": 2 * level, "errors": 0, "truncated": 0,
+           "most_in_flight": level, "streams_per_s": 1.0, "ttft_p50_ms": 55.0, "ttft_p99_ms": p99,
+           "itl_p50_ms": 20.0, "itl_p99_ms": 21.0, "connect_p50_ms": 3.0, "connect_p99_ms": 4.0}  # fmt: skip
+    if first is not None:
+        out |= {"ttft_first_p99_ms": first, "ttft_kept_p99_ms": kept}
+    return out
+
+
+def record(gateway_kept: float, split: bool = True) -> dict:
+    def rows(p99: float, first: float, kept: float) -> list[dict]:
+        return [row(1, 55.0, *((55.0, 55.0) if split else ())), row(32, p99, *((first, kept) if split else ()))]
+
+    return {
+        "command": "python bench/proxy_load.py", "when": "2026-12-06T23:00:00Z", "machine": "2 CPUs",
+        "nginx": "nginx version: nginx/1.22.1", "stand_in": {"ttft_ms": 50, "itl_ms": 20, "tokens": 32},
+        "requests_per_client": 10,
+        "results": {"direct": rows(56.0, 56.0, 56.0), "front door": rows(58.0, 60.0, 58.0),
+                    "gateway": rows(90.0, 120.0, gateway_kept)},
+        "most_streams_held": {"direct": 32, "front door": 32, "gateway": 32},
+    }  # fmt: skip
+
+
+def test_the_goal_is_read_on_kept_alive_streams_with_the_first_ones_beside(tmp_path: Path) -> None:
+    path = tmp_path / "proxy-load.json"
+    path.write_text(json.dumps(record(66.0)))
+    text = bench.proxy_load_report(path)
+    assert (
+        "| 32 | gateway | 64 / 64 | 0 | 0 | 32 | 1.00 | 55.00 / 90.00 | 20.00 / 21.00 | 3.00 / 4.00 | 120.00 / 66.00 |"
+        in text
+    )
+    assert "met on kept-alive connections (+8.0 ms); each connection's first stream, all 32 at once: +60.0 ms." in text
+    assert "NOT met" not in text
+    # control: 11 ms over the front door's kept-alive p99
+    path.write_text(json.dumps(record(69.0)))
+    assert "NOT met on kept-alive connections (+11.0 ms)" in bench.proxy_load_report(path)
+
+
+def test_a_run_without_the_split_reads_as_before(tmp_path: Path) -> None:
+    path = tmp_path / "proxy-load.json"
+    path.write_text(json.dumps(record(66.0, split=False)))
+    text = bench.proxy_load_report(path)
+    assert "| 32 | gateway | 64 / 64 | 0 | 0 | 32 | 1.00 | 55.00 / 90.00 | 20.00 / 21.00 | 3.00 / 4.00 |\n" in text
+    assert "Goal (issue 47)" not in text and "first / kept" not in text
+
+
+def test_the_section_is_replaced_alone(tmp_path: Path) -> None:
+    path = tmp_path / "proxy-load.json"
+    path.write_text(json.dumps(record(66.0)))
+    before = f"# A\nkept\n\n{bench.PROXY_HEADING}\nold\n\n{bench.PLACEMENT_HEADING} (x)\nkept too\n"
+    after = bench.replace_section(before, bench.PROXY_HEADING, bench.proxy_load_report(path), bench.PLACEMENT_HEADING)
+    assert "old" not in after and after.startswith("# A\nkept\n\n") and after.endswith("kept too\n")
+    assert after.count(bench.PROXY_HEADING) == 1 and "Goal (issue 47)" in after
