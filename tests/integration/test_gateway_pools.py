@@ -412,3 +412,29 @@ def test_a_conversation_that_is_no_array_keys_its_first_bytes(key_port: int) -> 
     short = json.dumps([1, 2, {"role": "system"}])
     assert _key(key_port, f'{{"model": "alpha", "prompt": {short}}}'.encode()) == short.encode()
     assert _key(key_port, b'{"model": "alpha"}') == b""
+
+
+# --- connections to the boxes ---------------------------------------------------------------------------------
+def _box_connections(fleet: dict, tmp: Path, edit: Any = None) -> dict[str, int]:
+    """Five clients one after the other, each on its own connection with one request: how many TLS connections the
+    gateway opened to the box (its stats' connect) and how many requests went over an idle one (reuse)."""
+    knobs = {"llm_gateway_retries": 0, "llm_gateway_rate_per_client": 1000000}
+    gateway, port = live_proxies.start_gateway(
+        tmp, 0, fleet["boxes"][0][2], knobs, boxes=fleet["boxes"], keys=[(KEY_OPS, "ops")], pools=POOLS, edit=edit
+    )
+    try:
+        for _ in range(5):
+            assert _post(port, b'{"model": "alpha"}')[0] == 200
+        lines = live_proxies.haproxy_cli(tmp / "admin.sock", "show stat").splitlines()
+    finally:
+        live_proxies.stop(gateway)
+    head = lines[0].lstrip("# ").split(",")
+    row = next(r for r in (dict(zip(head, ln.split(","))) for ln in lines[1:] if ln) if r["svname"] == "box-alpha")
+    return {"connect": int(row["connect"]), "reuse": int(row["reuse"])}
+
+
+def test_a_new_clients_first_request_goes_over_an_idle_connection_to_the_box(fleet: dict, tmp_path: Path) -> None:
+    assert _box_connections(fleet, tmp_path / "always") == {"connect": 1, "reuse": 4}
+    # Control: HAProxy's default (safe) opens a TLS connection to the box for each client's first request.
+    safe = _box_connections(fleet, tmp_path / "safe", lambda conf: conf.replace("    http-reuse always\n", ""))
+    assert safe == {"connect": 5, "reuse": 0}

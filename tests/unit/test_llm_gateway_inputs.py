@@ -294,6 +294,8 @@ def test_affinity_has_a_load_bound_unless_turned_off_and_a_reload_keeps_the_stat
     servers = {x.split()[1]: x.endswith(" disabled") for x in held if x.startswith("server ")}
     assert servers == {"b1": False, "b2": True, "b3": False}
     assert "timeout check 5000ms" in backend  # a check may outlast its interval (a busy box answers late)
+    # idle connections to the boxes serve new clients' first requests; the retry of an empty answer covers the race
+    assert "http-reuse always" in backend and "retry-on conn-failure empty-response 502 503" in backend
     assert not any(
         x.startswith("hash-balance-factor") for x in render("haproxy.cfg.j2", {"llm_gateway_hash_balance_factor": 0})
     )
