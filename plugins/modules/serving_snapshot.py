@@ -1,7 +1,7 @@
 #!/usr/bin/python
 # Copyright: gpubox developers
 # Apache License 2.0 (see galaxy.yml); this file is not GPL-licensed.
-"""Ansible module gpubox.gpubox.serving_snapshot: a thin wrapper over module_utils/serving_snapshot.py."""
+"""Ansible module gpubox.gpubox.serving_snapshot: a thin wrapper over module_utils/layer_snapshot.py."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ changed_paths:
 
 from ansible.module_utils.basic import AnsibleModule  # noqa: E402
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import serving_snapshot  # noqa: E402
+from ansible_collections.gpubox.gpubox.plugins.module_utils import layer_snapshot as serving_snapshot  # noqa: E402
 
 
 def main() -> None:

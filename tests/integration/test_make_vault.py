@@ -121,6 +121,7 @@ def _dry(target: str, *args: str) -> str:
         ("verify", "ansible-playbook -i x --vault-password-file 'y' playbooks/verify.yml"),
         ("lock-models", "ansible-playbook -i x --vault-password-file 'y' playbooks/lock_models.yml"),
         ("cache-purge", "ansible-playbook -i x --vault-password-file 'y' playbooks/fleet_cache_purge.yml"),
+        ("canary", "ansible-playbook -i x --vault-password-file 'y' playbooks/canary.yml"),
     ],
 )
 def test_every_inventory_target_passes_vault_password_file(target: str, command: str) -> None:
@@ -137,7 +138,7 @@ def test_demo_passes_it_to_ansible_through_the_environment() -> None:
 def test_every_make_target_reading_an_inventory_is_covered() -> None:
     # A new target that reads an inventory (-i $(INVENTORY)) must take $(VAULT_ARGS) too.
     lines = [line for line in (ROOT / "Makefile").read_text().splitlines() if "-i $(INVENTORY)" in line]
-    assert len(lines) == 5 and all("$(VAULT_ARGS)" in line for line in lines), lines
+    assert len(lines) == 6 and all("$(VAULT_ARGS)" in line for line in lines), lines
 
 
 def test_make_verify_without_the_password_names_the_fix(vaulted: tuple[Path, Path]) -> None:

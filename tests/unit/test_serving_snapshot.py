@@ -1,4 +1,4 @@
-"""A box's serving layer kept before a canary and put back (plugins/module_utils/serving_snapshot.py)."""
+"""A box's serving layer kept before a canary and put back (plugins/module_utils/layer_snapshot.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ansible_collections.gpubox.gpubox.plugins.module_utils import serving_snapshot as snap
+from ansible_collections.gpubox.gpubox.plugins.module_utils import layer_snapshot as snap
 
 
 def layer(root: Path) -> dict[str, Path]:
