@@ -2,20 +2,25 @@
 """What the front door and the gateway add under concurrent streams (issue 22, first part): a bench, not a test.
 
     python bench/proxy_load.py [--levels 1,32,128,256,512] [--tokens 32] [--ttft-ms 50] [--itl-ms 20]
-                               [--requests 10] [--out bench/proxy-load.json]
+                               [--requests 10] [--rounds 1] [--variants reuse-safe,no-l7-retries,64k-bound]
+                               [--out bench/proxy-load.json]
 
 Side by side, in one run, on this machine's loopback:
   direct        the client -> the engine stand-in;
   front door    the client -> nginx with roles/front_door's rendered file (TLS) -> the stand-in;
-  gateway       the client -> HAProxy with roles/llm_gateway's rendered file (TLS) -> the front door -> the stand-in.
+  gateway       the client -> HAProxy with roles/llm_gateway's rendered file (TLS) -> the front door -> the stand-in;
+  gateway, <v>  with --variants, the same with one setting of that file changed (VARIANTS below): reuse-safe
+                (HAProxy's default http-reuse), no-l7-retries (retry-on conn-failure alone), 64k-bound (64 KiB
+                buffers), to measure what each costs or saves side by side.
 At each level N, N clients each send --requests streaming chat completions of --tokens tokens one after the
-other on one kept-alive connection, all starting together. Per path and level: TTFT (request sent -> first
-token's event) and ITL (gap between token events) p50/p99; TTFT apart for each connection's first stream (at a
-level's start all clients' at once: behind the gateway each opens a TLS connection to the box unless an idle one
-is reused) and for the later ones (kept alive: the steady state); the connection set-up (TCP, and TLS for the
-proxies; not in TTFT) p50/p99, completed streams per second, the most streams in
-flight at once, errors and truncated streams (a stream is whole when it ends with `data: [DONE]` after exactly
---tokens token events). The most concurrent streams held is the highest level with 0 errors and 0 truncated.
+other on one kept-alive connection, all starting together (--rounds times, the paths in turn; the figures pool
+every round's streams, so that a load passing on this shared machine falls on every path). Per path and level:
+TTFT (request sent -> first token's event) and ITL (gap between token events) p50/p99; TTFT apart for each
+connection's first stream (at a round's start all clients' at once: behind the gateway each opens a TLS
+connection to the box unless an idle one is reused) and for the later ones (kept alive: the steady state); the
+connection set-up (TCP, and TLS for the proxies; not in TTFT) p50/p99, completed streams per second, the most
+streams in flight at once, errors and truncated streams (a stream is whole when it ends with `data: [DONE]` after
+exactly --tokens token events). The most concurrent streams held is the highest level with 0 errors and 0 truncated.
 
 What is real: nginx and HAProxy from Debian's archive, running the roles' own rendered configuration (their
 limits raised far above the load, since a limit refusing the load is policy, not overhead; nginx's
@@ -146,19 +151,24 @@ class Run:
         self.truncated = 0
         self.in_flight = 0
         self.most_in_flight = 0
+        self.rounds = 0
+        self.wall = 0.0
 
     async def go(self) -> dict:
+        """One round (the level's clients, all at once); the figures of every round this Run has had."""
         clients = [Client(self) for _ in range(self.level)]
         started = time.perf_counter()
         await asyncio.gather(*(c.work() for c in clients))
-        wall = time.perf_counter() - started
+        self.rounds += 1
+        self.wall += time.perf_counter() - started
+        wall = self.wall
 
         def ms(values: list[float], q: float) -> float | None:
             value = sse_client.percentile(values, q)
             return None if value is None else round(value * 1000, 2)
 
         return {
-            "level": self.level, "streams": self.level * self.requests, "completed": self.completed,
+            "level": self.level, "streams": self.level * self.requests * self.rounds, "completed": self.completed,
             "truncated": self.truncated, "errors": len(self.errors), "error_kinds": sorted(set(self.errors))[:5],
             "most_in_flight": self.most_in_flight, "wall_s": round(wall, 2),
             "streams_per_s": round(self.completed / wall, 1) if wall else None,
@@ -185,21 +195,52 @@ def haproxy_version() -> str:
     return out.splitlines()[0].split(" - ")[0]
 
 
-def start_paths(tmp: Path, ttft_ms: float, itl_ms: float, procs: list[subprocess.Popen]) -> dict[str, tuple[int, bool]]:
+# Gateways beside the role's own (--variants), each one setting of its rendered file changed, to measure what the
+# setting costs or saves: name -> (the line the role's file must hold, what replaces it, the body bound in bytes)
+VARIANTS: dict[str, tuple[str, str, int]] = {
+    # HAProxy's default: each client connection's first request opens its own TLS connection to the box
+    "reuse-safe": ("    http-reuse always\n", "", 1 << 20),
+    # no L7 retries: HAProxy copies no request buffer before sending (src/stconn.c), and retries no 502/503
+    "no-l7-retries": ("    retry-on conn-failure empty-response 502 503\n", "    retry-on conn-failure\n", 1 << 20),
+    # the bound before llm_gateway_max_body_bytes: 64 KiB buffers (bodies over 64 KiB refused)
+    "64k-bound": ("", "", 64 << 10),
+}
+
+
+def variant_edit(name: str):
+    line, replacement, _ = VARIANTS[name]
+
+    def edit(conf: str) -> str:
+        if line not in conf:
+            raise live_proxies.Missing(f"--variants {name}: the role's gateway file has no {line.strip()!r} any more")
+        return conf.replace(line, replacement)
+
+    return edit if line else None
+
+
+def start_paths(
+    tmp: Path, ttft_ms: float, itl_ms: float, procs: list[subprocess.Popen], variants: list[str] = ()
+) -> dict[str, tuple[int, bool]]:
     """The stand-in, the front door before it and the gateway before that (each appended to ``procs``, for the
-    caller to stop): {path: (port, TLS)} for "direct", "front door" and "gateway"."""
+    caller to stop): {path: (port, TLS)} for "direct", "front door" and "gateway", and "gateway, <variant>" for each
+    of ``variants`` (over the same front door)."""
     engine, engine_port = live_proxies.start_standin(ttft_ms, itl_ms)
     procs.append(engine)
     box_dir = tmp / "box"
     box_dir.mkdir()
     front, front_port = live_proxies.start_front_door(box_dir, engine_port, HIGH_LIMITS_FRONT_DOOR, 8192)
     procs.append(front)
-    gateway, gateway_port = live_proxies.start_gateway(
-        tmp / "gateway", front_port, box_dir / "tls.crt", HIGH_LIMITS_GATEWAY, log=tmp / "haproxy.log"
-    )
-    procs.append(gateway)
+    paths = {"direct": (engine_port, False), "front door": (front_port, True)}
+    for name in ["", *variants]:
+        gateway, gateway_port = live_proxies.start_gateway(
+            tmp / f"gateway{name}", front_port, box_dir / "tls.crt", HIGH_LIMITS_GATEWAY,
+            log=tmp / f"haproxy{name}.log", edit=variant_edit(name) if name else None,
+            body_max_bytes=VARIANTS[name][2] if name else 1 << 20,
+        )  # fmt: skip
+        procs.append(gateway)
+        paths[f"gateway, {name}" if name else "gateway"] = (gateway_port, True)
     time.sleep(1.0)  # the gateway's first health checks mark the box up
-    return {"direct": (engine_port, False), "front door": (front_port, True), "gateway": (gateway_port, True)}
+    return paths
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -209,19 +250,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ttft-ms", type=float, default=50.0)
     parser.add_argument("--itl-ms", type=float, default=20.0)
     parser.add_argument("--requests", type=int, default=10, help="streams per client, one after the other")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="rounds per level, the paths in turn; figures over all rounds' streams"
+    )
+    parser.add_argument("--variants", default="", help=f"gateways beside the role's, comma-separated: {list(VARIANTS)}")
     parser.add_argument("--out", default=str(ROOT / "bench" / "proxy-load.json"))
     args = parser.parse_args(argv)
     levels = [int(x) for x in args.levels.split(",") if x.strip()]
+    variants = [x.strip() for x in args.variants.split(",") if x.strip()]
+    if args.rounds < 1 or args.requests < 1:
+        parser.error("--rounds and --requests must be 1 or more")
+    if unknown := [x for x in variants if x not in VARIANTS]:
+        parser.error(f"--variants: unknown {unknown}; known: {list(VARIANTS)}")
     _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # nginx and HAProxy inherit it
     procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="gpubox-proxy-load."))
     try:
-        paths = start_paths(tmp, args.ttft_ms, args.itl_ms, procs)
+        paths = start_paths(tmp, args.ttft_ms, args.itl_ms, procs, variants)
         results: dict[str, list[dict]] = {name: [] for name in paths}
         for level in levels:  # one level for every path before the next: the machine is the same for all three
-            for name, (port, tls) in paths.items():
-                row = asyncio.run(Run(port, tls, level, args.tokens, args.requests).go())
+            runs = {name: Run(port, tls, level, args.tokens, args.requests) for name, (port, tls) in paths.items()}
+            for _ in range(args.rounds):  # the paths in turn, round after round: a passing load falls on all
+                rows = {name: asyncio.run(run.go()) for name, run in runs.items()}
+            for name, row in rows.items():
                 results[name].append(row)
                 print(f"{name:10} {json.dumps(row)}", flush=True)
     except live_proxies.Missing as exc:
@@ -239,6 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         "nginx": subprocess.run([live_proxies.nginx_binary(), "-v"], capture_output=True, text=True).stderr.strip(),
         "stand_in": {"ttft_ms": args.ttft_ms, "itl_ms": args.itl_ms, "tokens": args.tokens},
         "requests_per_client": args.requests,
+        "rounds": args.rounds,
         "results": results,
         "most_streams_held": held,
     }

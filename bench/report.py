@@ -508,7 +508,9 @@ def proxy_load_report(path: Path = PROXY_LOAD) -> str:
     lines += [
         f"Command: `{data['command']}` ({data['when']}, {data['machine']}, {data['nginx']}). The engine is the",
         f"TEST ONLY stand-in (TTFT {standin['ttft_ms']:g} ms, ITL {standin['itl_ms']:g} ms, {standin['tokens']} tokens"
-        f" a stream, {data['requests_per_client']} streams a client one after the other); client, proxies and",
+        f" a stream, {data['requests_per_client']} streams a client one after the other"
+        + (f", {data['rounds']} rounds a level, the paths in turn" if data.get("rounds", 1) > 1 else "")
+        + "); client, proxies and",
         "stand-in share the machine's cores. The stand-in's own TTFT and ITL are the floor every path starts from;",
         "TTFT counts from the request sent on an open connection (the connection's set-up is its own column)"
         + (

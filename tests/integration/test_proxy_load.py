@@ -78,3 +78,14 @@ def test_a_stream_cut_before_done_or_short_of_tokens_is_truncated_and_an_error_s
     assert (row["completed"], row["truncated"], row["errors"]) == (0, 2, 1), row
     assert proxy_load.sse_client.percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
     assert proxy_load.sse_client.percentile([], 99) is None
+
+
+def test_variants_run_beside_the_roles_gateway(tmp_path: Path) -> None:
+    out = tmp_path / "proxy-load.json"
+    argv = ["--levels", "2", "--tokens", "3", "--ttft-ms", "10", "--itl-ms", "2", "--requests", "2", "--out", str(out)]
+    assert proxy_load.main([*argv, "--variants", "reuse-safe,no-l7-retries,64k-bound", "--rounds", "2"]) == 0
+    results = json.loads(out.read_text())["results"]
+    assert list(results)[2:] == ["gateway", "gateway, reuse-safe", "gateway, no-l7-retries", "gateway, 64k-bound"]
+    # 2 clients x 2 streams, in each of 2 rounds
+    assert all(rows[0]["completed"] == rows[0]["streams"] == 8 for rows in results.values()), results
+    assert all(rows[0]["errors"] == 0 for rows in results.values()), results

@@ -7,7 +7,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
+from bench import proxy_load
 from bench import report as bench
+from harness import live_proxies
 
 
 def row(level: int, p99: float, first: float | None = None, kept: float | None = None) -> dict:
@@ -63,3 +67,14 @@ def test_the_section_is_replaced_alone(tmp_path: Path) -> None:
     after = bench.replace_section(before, bench.PROXY_HEADING, bench.proxy_load_report(path), bench.PLACEMENT_HEADING)
     assert "old" not in after and after.startswith("# A\nkept\n\n") and after.endswith("kept too\n")
     assert after.count(bench.PROXY_HEADING) == 1 and "Goal (issue 47)" in after
+
+
+def test_a_variant_changes_one_line_of_the_roles_file_or_says_it_is_gone() -> None:
+    conf = "backend b\n    retry-on conn-failure empty-response 502 503\n    http-reuse always\n"
+    assert (
+        proxy_load.variant_edit("reuse-safe")(conf) == "backend b\n    retry-on conn-failure empty-response 502 503\n"
+    )
+    assert "    retry-on conn-failure\n    http-reuse" in proxy_load.variant_edit("no-l7-retries")(conf)
+    assert proxy_load.variant_edit("64k-bound") is None and proxy_load.VARIANTS["64k-bound"][2] == 65536
+    with pytest.raises(live_proxies.Missing, match="http-reuse always"):  # control: the role changed the line
+        proxy_load.variant_edit("reuse-safe")("backend b\n")
