@@ -548,13 +548,29 @@ def gateway_goal_lines(results: dict[str, list[dict]]) -> list[str]:
     front, gateway = rows["front door"], rows["gateway"]
     if not (front and gateway and gateway.get("ttft_kept_p99_ms") is not None and front.get("ttft_kept_p99_ms")):
         return []
-    kept = gateway["ttft_kept_p99_ms"] - front["ttft_kept_p99_ms"]
-    first = gateway["ttft_first_p99_ms"] - front["ttft_first_p99_ms"]
+    rounds = [
+        (g - f, gf - ff)
+        for g, f, gf, ff in zip(
+            gateway.get("ttft_kept_p99_rounds_ms", []),
+            front.get("ttft_kept_p99_rounds_ms", []),
+            gateway.get("ttft_first_p99_rounds_ms", []),
+            front.get("ttft_first_p99_rounds_ms", []),
+        )
+        if None not in (g, f, gf, ff)
+    ]
+    if len(rounds) > 1:  # each round beside the front door's just before it; the median is what one spike moves least
+        kept, first = statistics.median(k for k, _ in rounds), statistics.median(f for _, f in rounds)
+        how = f"the median over {len(rounds)} rounds of the gateway's p99 less the front door's, round by round"
+        each = f" (kept-alive, each round: {', '.join(f'{k:+.1f}' for k, _ in rounds)})"
+    else:
+        kept = gateway["ttft_kept_p99_ms"] - front["ttft_kept_p99_ms"]
+        first = gateway["ttft_first_p99_ms"] - front["ttft_first_p99_ms"]
+        how, each = "p99 over all streams", ""
     met = kept <= PROXY_GOAL_MS
     return [
         f"Goal (issue 47): the gateway adds at most {PROXY_GOAL_MS:g} ms to the front door's p99 TTFT at"
         f" {PROXY_GOAL_LEVEL} streams: {'met' if met else 'NOT met'} on kept-alive connections ({kept:+.1f} ms);"
-        f" each connection's first stream, all {PROXY_GOAL_LEVEL} at once: {first:+.1f} ms.",
+        f" each connection's first stream, all {PROXY_GOAL_LEVEL} at once: {first:+.1f} ms ({how}){each}.",
         "",
     ]
 

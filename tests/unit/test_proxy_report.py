@@ -45,7 +45,7 @@ def test_the_goal_is_read_on_kept_alive_streams_with_the_first_ones_beside(tmp_p
         "| 32 | gateway | 64 / 64 | 0 | 0 | 32 | 1.00 | 55.00 / 90.00 | 20.00 / 21.00 | 3.00 / 4.00 | 120.00 / 66.00 |"
         in text
     )
-    assert "met on kept-alive connections (+8.0 ms); each connection's first stream, all 32 at once: +60.0 ms." in text
+    assert "met on kept-alive connections (+8.0 ms); each connection's first stream, all 32 at once: +60.0 ms" in text
     assert "NOT met" not in text
     # control: 11 ms over the front door's kept-alive p99
     path.write_text(json.dumps(record(69.0)))
@@ -78,3 +78,19 @@ def test_a_variant_changes_one_line_of_the_roles_file_or_says_it_is_gone() -> No
     assert proxy_load.variant_edit("64k-bound") is None and proxy_load.VARIANTS["64k-bound"][2] == 65536
     with pytest.raises(live_proxies.Missing, match="http-reuse always"):  # control: the role changed the line
         proxy_load.variant_edit("reuse-safe")("backend b\n")
+
+
+def test_with_rounds_the_goal_is_the_median_of_each_rounds_difference(tmp_path: Path) -> None:
+    data = record(66.0)
+    gateway, front = data["results"]["gateway"][1], data["results"]["front door"][1]
+    front |= {"ttft_kept_p99_rounds_ms": [58.0, 120.0, 58.0], "ttft_first_p99_rounds_ms": [60.0, 60.0, 60.0]}
+    gateway |= {"ttft_kept_p99_rounds_ms": [64.0, 70.0, 61.0], "ttft_first_p99_rounds_ms": [100.0, 90.0, 80.0]}
+    path = tmp_path / "proxy-load.json"
+    path.write_text(json.dumps(data))
+    text = bench.proxy_load_report(path)
+    # the front door's spike in round 2 (-50) is one of three: the median is round 3's +3.0, not a pooled figure
+    assert "met on kept-alive connections (+3.0 ms); each connection's first stream, all 32 at once: +30.0 ms" in text
+    assert "(kept-alive, each round: +6.0, -50.0, +3.0)" in text
+    gateway["ttft_kept_p99_rounds_ms"] = [75.0, 70.0, 69.0]  # control: +17 and +11 in two of three rounds
+    path.write_text(json.dumps(data))
+    assert "NOT met on kept-alive connections (+11.0 ms)" in bench.proxy_load_report(path)
