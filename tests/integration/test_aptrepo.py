@@ -22,6 +22,8 @@ from types import ModuleType
 
 import pytest
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils.kernel_modules import parse_policy
+
 ROOT = Path(__file__).resolve().parents[2]
 APTREPO = ROOT / "harness/aptrepo"
 BUILD = APTREPO / "build_repo.py"
@@ -414,13 +416,7 @@ class Apt:
     def candidates(self, *names: str) -> dict[str, str]:
         proc = self("apt-cache", "policy", *names)
         assert proc.returncode == 0, proc.stderr
-        found, current = {}, ""
-        for line in proc.stdout.splitlines():
-            if not line.startswith(" "):
-                current = line.rstrip(":")
-            elif line.strip().startswith("Candidate:"):
-                found[current] = line.split(":", 1)[1].strip()
-        return found
+        return parse_policy(proc.stdout)  # the one reader of apt-cache policy (preflight's)
 
 
 def apt_for(tmp_path: Path, url: str, keyring: Path, pin: str | None) -> Apt:

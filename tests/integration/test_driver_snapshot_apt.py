@@ -28,6 +28,7 @@ import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import driver_snapshot as ds
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks
+from ansible_collections.gpubox.gpubox.plugins.module_utils.kernel_modules import parse_policy
 from harness.ansible_vars import render_template
 from harness.aptrepo import build_repo as br
 from harness.aptrepo import dated
@@ -178,13 +179,7 @@ class BoxApt:
     def candidates(self, *names: str) -> dict[str, str]:
         proc = self("apt-cache", "policy", *names)
         assert proc.returncode == 0, proc.stderr
-        found, current = {}, ""
-        for line in proc.stdout.splitlines():
-            if not line.startswith(" "):
-                current = line.rstrip(":")
-            elif line.strip().startswith("Candidate:"):
-                found[current] = line.split(":", 1)[1].strip()
-        return found
+        return parse_policy(proc.stdout)  # the one reader of apt-cache policy (preflight's)
 
 
 def pref(snapshot: dict) -> str:
