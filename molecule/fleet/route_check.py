@@ -3,7 +3,7 @@
 
 Usage: route_check.py URL CAFILE KEYFILE MODEL_A MODEL_B [REQUESTS]
 
-Sends REQUESTS (default 1000) completions through the gateway, alternating MODEL_A and MODEL_B, from 4 workers
+Sends REQUESTS (default 1000) completions through the gateway, alternating MODEL_A and MODEL_B, from 8 workers
 on kept-alive connections, paced to about 60 a second (within the boxes' tenant limits); every fiftieth body is
 about 1 MiB of prompt with "model" written last. A request is misrouted when the answer names another model than
 the one asked for (each engine answers with its served name). Then the gateway's own answers: /v1/models lists
@@ -50,14 +50,15 @@ def main(argv: list[str]) -> int:
     host = urlsplit(url)
     counts = {"requests": 0, "ok": 0, "misrouted": 0, "other": 0, "largest_body": 0, "first_other": None}
     lock = threading.Lock()
-    pace = 4 / 60  # seconds between one worker's requests: about 60 a second in all
+    workers = 8
+    pace = workers / 60  # seconds between one worker's requests: about 60 a second in all
 
     def connect() -> http.client.HTTPSConnection:
         return http.client.HTTPSConnection(host.hostname, host.port or 443, context=ctx, timeout=60)
 
     def worker(w: int) -> None:
         conn = connect()
-        for n in range(w, total, 4):
+        for n in range(w, total, workers):
             model = model_a if n % 2 == 0 else model_b
             body = _body(model, n)
             t0 = time.monotonic()
@@ -80,7 +81,7 @@ def main(argv: list[str]) -> int:
             time.sleep(max(0.0, pace - (time.monotonic() - t0)))
         conn.close()
 
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(4)]
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(workers)]
     for t in threads:
         t.start()
     for t in threads:
