@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from harness import live_proxies
 
@@ -704,6 +705,74 @@ def test_control_a_forged_client_refused_in_the_server_block_gets_nginx_html(tmp
         request = _http_get("/v1/models?probe-forged-server", OPS_KEY, "X-Forwarded-For: 127.0.0.1\r\n")
         status, ctype, body = _raw_json(port, request, GATEWAY)
     assert status == 400 and ctype == "text/html" and b"<html>" in body, (status, ctype, body)
+
+
+# --------------------------------------------------------------------------- idle connections to vLLM
+
+
+class _KeptAlive(http.server.BaseHTTPRequestHandler):
+    """An engine that never closes a connection itself: for each connection its peer closed, how long it had been
+    idle since the last answer (the server's ``idle``)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_GET(self) -> None:
+        body = b'{"object": "list", "data": []}'
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+        self.wfile.flush()
+        self.answered = time.monotonic()
+
+    def handle(self) -> None:
+        super().handle()  # until the peer closes the connection
+        if hasattr(self, "answered"):
+            self.server.idle.append(time.monotonic() - self.answered)  # type: ignore[attr-defined]
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _upstream_keepalive_s(conf: str) -> int | None:
+    block = re.search(r"upstream gpubox_vllm \{(.*?)\}", conf, re.S)
+    assert block, conf
+    found = re.search(r"^\s*keepalive_timeout (\d+)s;", block.group(1), re.M)
+    return int(found.group(1)) if found else None
+
+
+def test_the_front_door_closes_an_idle_connection_to_vllm_before_vllm_does(tmp_path: Path) -> None:
+    """vLLM closes a connection idle 5 s (0.7.3 and 0.32.0; the role's vars name the sources): nginx must close its
+    idle upstream connection first, or it sends a request on one vLLM has just closed and the client gets 502. The
+    role's file closes it before; the control, the file without the upstream's keepalive_timeout (nginx's 60 s),
+    still holds it open when vLLM would have closed it."""
+    engine_keepalive = yaml.safe_load((ROOT / "roles/front_door/vars/main.yml").read_text())[
+        "__front_door_engine_keepalive_s"
+    ]
+    doors = {}
+    with contextlib.ExitStack() as stack:
+        for name, edit in (("role", None), ("control", lambda conf: re.sub(r"\n\s*keepalive_timeout \d+s;", "", conf))):
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _KeptAlive)
+            server.idle = []  # type: ignore[attr-defined]
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            stack.callback(server.shutdown)
+            markers = Path(tempfile.mkdtemp(prefix="gpubox-gpu-health."))
+            stack.callback(shutil.rmtree, markers, True)
+            (tmp_path / name).mkdir()
+            knobs = _front_door_knobs(markers)
+            proc, port = _start_front_door(tmp_path / name, server.server_address[1], knobs, edit=edit)
+            stack.callback(_stop, proc)
+            doors[name] = (server, port, _upstream_keepalive_s((tmp_path / name / "front-door.conf").read_text()))
+        assert doors["role"][2] is not None and doors["role"][2] < engine_keepalive, doors["role"][2]
+        assert doors["control"][2] is None
+        for _server, port, _ in doors.values():
+            assert _get(port, key=OPS_KEY)[0] == 200
+        time.sleep(engine_keepalive + 0.5)
+        # read before nginx stops (which closes what it still holds)
+        role, control = list(doors["role"][0].idle), list(doors["control"][0].idle)  # type: ignore[attr-defined]
+    assert len(role) == 1 and role[0] < engine_keepalive, role
+    assert control == [], control
 
 
 # --------------------------------------------------------------------------- rotation under load
