@@ -76,6 +76,22 @@ BAD: list[tuple[dict[str, Any], str]] = [
         )
         for bad in (100, 50, 1001, -5)
     ),
+    # glibc's thresholds in HAProxy's environment: whole bytes, at least its buffer (the body bound + 66,560)
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_malloc_mmap_threshold_bytes": 1048576},
+        "llm_gateway_malloc_mmap_threshold_bytes is 1048576: give a whole number of bytes, at least tune.bufsize"
+        " (1115136 bytes",
+    ),
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_malloc_trim_threshold_bytes": -1},
+        "llm_gateway_malloc_trim_threshold_bytes is -1: give a whole number of bytes",
+    ),
+    # the defaults hold a 1 MiB bound (host good); a larger bound needs a larger mmap threshold
+    (
+        {"llm_gateway_backends": ["b1"], "llm_gateway_max_body_bytes": 8388608},
+        "llm_gateway_malloc_mmap_threshold_bytes is 4194304: give a whole number of bytes, at least tune.bufsize"
+        " (8455168 bytes: llm_gateway_max_body_bytes + 66560), e.g. 4194304; or lower llm_gateway_max_body_bytes",
+    ),
     *(
         (
             {"llm_gateway_backends": ["b1"], "llm_gateway_drain_timeout_s": bad},
@@ -85,7 +101,11 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ),
 ]
 
-NOT_NUMBER: list[dict[str, Any]] = [{"llm_gateway_hash_balance_factor": "1.25"}, {"llm_gateway_drain_timeout_s": "5m"}]
+NOT_NUMBER: list[dict[str, Any]] = [
+    {"llm_gateway_hash_balance_factor": "1.25"},
+    {"llm_gateway_drain_timeout_s": "5m"},
+    {"llm_gateway_malloc_mmap_threshold_bytes": "4M"},  # glibc would read it as 4 bytes: every buffer mmapped
+]
 
 
 @pytest.fixture(scope="module")
@@ -315,3 +335,17 @@ def test_the_reload_saves_the_states_between_the_check_and_the_signal():
         "/run/gpubox-gateway/admin.sock /run/gpubox-gateway/server-state",
         "ExecReload=/bin/kill -USR2 $MAINPID",
     ]
+
+
+def test_haproxys_environment_holds_glibcs_thresholds_and_nothing_else_that_could_restart_it():
+    # templates/malloc.conf.j2: the one Environment= line, from the role's two values alone (a change restarts
+    # HAProxy; tests/integration/test_gateway_malloc.py runs it)
+    lines = render("malloc.conf.j2")
+    assert [x for x in lines if x and not x.startswith("#")] == [
+        "[Service]",
+        "Environment=GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4194304:glibc.malloc.trim_threshold=268435456",
+    ]
+    # a smaller body bound from the boxes' tenants changes HAProxy's buffer, never this file
+    assert render("malloc.conf.j2", {"__llm_gateway_max_body_bytes": 4096}) == lines
+    assert "tune.bufsize 1115136" in render("haproxy.cfg.j2")
+    assert "tune.bufsize 70656" in render("haproxy.cfg.j2", {"__llm_gateway_max_body_bytes": 4096})
