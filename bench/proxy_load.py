@@ -2,16 +2,19 @@
 """What the front door and the gateway add under concurrent streams (issue 22, first part): a bench, not a test.
 
     python bench/proxy_load.py [--levels 1,32,128,256,512] [--tokens 32] [--ttft-ms 50] [--itl-ms 20]
-                               [--requests 10] [--rounds 1] [--variants reuse-safe,no-l7-retries,64k-bound]
+                               [--requests 10] [--rounds 1]
+                               [--variants glibc-defaults,reuse-safe,no-l7-retries,64k-bound]
                                [--out bench/proxy-load.json]
 
 Side by side, in one run, on this machine's loopback:
   direct        the client -> the engine stand-in;
   front door    the client -> nginx with roles/front_door's rendered file (TLS) -> the stand-in;
-  gateway       the client -> HAProxy with roles/llm_gateway's rendered file (TLS) -> the front door -> the stand-in;
-  gateway, <v>  with --variants, the same with one setting of that file changed (VARIANTS below): reuse-safe
-                (HAProxy's default http-reuse), no-l7-retries (retry-on conn-failure alone), 64k-bound (64 KiB
-                buffers), to measure what each costs or saves side by side.
+  gateway       the client -> HAProxy with roles/llm_gateway's rendered file (TLS) -> the front door -> the stand-in,
+                HAProxy with the environment of the role's unit (its drop-in's glibc malloc tunables);
+  gateway, <v>  with --variants, the same with one setting of the role's changed (VARIANTS below): glibc-defaults
+                (no tunables in HAProxy's environment), reuse-safe (HAProxy's default http-reuse), no-l7-retries
+                (retry-on conn-failure alone), 64k-bound (64 KiB buffers), to measure what each costs or saves side
+                by side.
 At each level N, N clients each send --requests streaming chat completions of --tokens tokens one after the
 other on one kept-alive connection, all starting together (--rounds times, the paths in turn; the figures pool
 every round's streams, so that a load passing on this shared machine falls on every path). Per path and level:
@@ -21,6 +24,8 @@ connection to the box unless an idle one is reused) and for the later ones (kept
 connection set-up (TCP, and TLS for the proxies; not in TTFT) p50/p99, completed streams per second, the most
 streams in flight at once, errors and truncated streams (a stream is whole when it ends with `data: [DONE]` after
 exactly --tokens token events). The most concurrent streams held is the highest level with 0 errors and 0 truncated.
+Per gateway and level, its HAProxy's minor page faults over the level's rounds (its own streams) and its resident
+memory after them, now and at its peak (/proc).
 
 What is real: nginx and HAProxy from Debian's archive, running the roles' own rendered configuration (their
 limits raised far above the load, since a limit refusing the load is policy, not overhead; nginx's
@@ -201,20 +206,35 @@ def haproxy_version() -> str:
     return out.splitlines()[0].split(" - ")[0]
 
 
-# Gateways beside the role's own (--variants), each one setting of its rendered file changed, to measure what the
-# setting costs or saves: name -> (the line the role's file must hold, what replaces it, the body bound in bytes)
-VARIANTS: dict[str, tuple[str, str, int]] = {
+# Gateways beside the role's own (--variants), each one setting of the role's changed, to measure what the setting
+# costs or saves: name -> (the line the role's file must hold, what replaces it, the body bound in bytes, whether
+# HAProxy runs with the role's unit environment: live_proxies.gateway_environment(), the drop-in's glibc tunables)
+VARIANTS: dict[str, tuple[str, str, int, bool]] = {
+    # glibc's own malloc thresholds: freed buffers go back to the system, a burst faults them in again
+    "glibc-defaults": ("", "", 1 << 20, False),
     # HAProxy's default: each client connection's first request opens its own TLS connection to the box
-    "reuse-safe": ("    http-reuse always\n", "", 1 << 20),
+    "reuse-safe": ("    http-reuse always\n", "", 1 << 20, True),
     # no L7 retries: HAProxy copies no request buffer before sending (src/stconn.c), and retries no 502/503
-    "no-l7-retries": ("    retry-on conn-failure empty-response 502 503\n", "    retry-on conn-failure\n", 1 << 20),
+    "no-l7-retries": (
+        "    retry-on conn-failure empty-response 502 503\n",
+        "    retry-on conn-failure\n",
+        1 << 20,
+        True,
+    ),
     # the bound before llm_gateway_max_body_bytes: 64 KiB buffers (bodies over 64 KiB refused)
-    "64k-bound": ("", "", 64 << 10),
+    "64k-bound": ("", "", 64 << 10, True),
 }
 
 
+def process_memory(pid: int) -> dict[str, int]:
+    """A process's minor page faults so far (all its threads) and its resident memory now and at its peak (KiB)."""
+    faults = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[7])  # minflt, field 10
+    status = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+    return {"minflt": faults, **{key: int(status[key].split()[0]) for key in ("VmRSS", "VmHWM")}}
+
+
 def variant_edit(name: str):
-    line, replacement, _ = VARIANTS[name]
+    line, replacement, _, _ = VARIANTS[name]
 
     def edit(conf: str) -> str:
         if line not in conf:
@@ -225,11 +245,18 @@ def variant_edit(name: str):
 
 
 def start_paths(
-    tmp: Path, ttft_ms: float, itl_ms: float, procs: list[subprocess.Popen], variants: list[str] = ()
+    tmp: Path,
+    ttft_ms: float,
+    itl_ms: float,
+    procs: list[subprocess.Popen],
+    variants: list[str] = (),
+    haproxies: dict[str, tuple[int, dict[str, str]]] | None = None,
 ) -> dict[str, tuple[int, bool]]:
     """The stand-in, the front door before it and the gateway before that (each appended to ``procs``, for the
     caller to stop): {path: (port, TLS)} for "direct", "front door" and "gateway", and "gateway, <variant>" for each
-    of ``variants`` (over the same front door)."""
+    of ``variants`` (over the same front door). ``haproxies`` gets each gateway path's HAProxy: (process id, what
+    it was given in its environment)."""
+    haproxies = {} if haproxies is None else haproxies
     engine, engine_port = live_proxies.start_standin(ttft_ms, itl_ms)
     procs.append(engine)
     box_dir = tmp / "box"
@@ -237,14 +264,19 @@ def start_paths(
     front, front_port = live_proxies.start_front_door(box_dir, engine_port, HIGH_LIMITS_FRONT_DOOR, 8192)
     procs.append(front)
     paths = {"direct": (engine_port, False), "front door": (front_port, True)}
+    environment = live_proxies.gateway_environment()  # the role's unit's, from its defaults
     for name in ["", *variants]:
+        given = environment if not name or VARIANTS[name][3] else {}
         gateway, gateway_port = live_proxies.start_gateway(
             tmp / f"gateway{name}", front_port, box_dir / "tls.crt", HIGH_LIMITS_GATEWAY,
             log=tmp / f"haproxy{name}.log", edit=variant_edit(name) if name else None,
             body_max_bytes=VARIANTS[name][2] if name else 1 << 20,
+            environment=given,
         )  # fmt: skip
         procs.append(gateway)
-        paths[f"gateway, {name}" if name else "gateway"] = (gateway_port, True)
+        path = f"gateway, {name}" if name else "gateway"
+        paths[path] = (gateway_port, True)
+        haproxies[path] = (gateway.pid, given)
     time.sleep(1.0)  # the gateway's first health checks mark the box up
     return paths
 
@@ -272,13 +304,21 @@ def main(argv: list[str] | None = None) -> int:
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))  # nginx and HAProxy inherit it
     procs: list[subprocess.Popen] = []
     tmp = Path(tempfile.mkdtemp(prefix="gpubox-proxy-load."))
+    haproxies: dict[str, tuple[int, dict[str, str]]] = {}
     try:
-        paths = start_paths(tmp, args.ttft_ms, args.itl_ms, procs, variants)
+        paths = start_paths(tmp, args.ttft_ms, args.itl_ms, procs, variants, haproxies)
         results: dict[str, list[dict]] = {name: [] for name in paths}
         for level in levels:  # one level for every path before the next: the machine is the same for all three
             runs = {name: Run(port, tls, level, args.tokens, args.requests) for name, (port, tls) in paths.items()}
+            before = {name: process_memory(pid) for name, (pid, _) in haproxies.items()}
             for _ in range(args.rounds):  # the paths in turn, round after round: a passing load falls on all
                 rows = {name: asyncio.run(run.go()) for name, run in runs.items()}
+            for name, (pid, _) in haproxies.items():  # each HAProxy's page faults over the level (its streams alone)
+                after = process_memory(pid)
+                rows[name] |= {
+                    "haproxy_page_faults": after["minflt"] - before[name]["minflt"],
+                    "haproxy_rss_kib": after["VmRSS"], "haproxy_peak_rss_kib": after["VmHWM"],
+                }  # fmt: skip
             for name, row in rows.items():
                 results[name].append(row)
                 print(f"{name:10} {json.dumps(row)}", flush=True)
@@ -300,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         "rounds": args.rounds,
         "results": results,
         "most_streams_held": held,
+        "haproxy_environment": {name: given for name, (_, given) in haproxies.items()},
     }
     Path(args.out).write_text(json.dumps(record, indent=2) + "\n")
     print(f"most streams held with 0 errors and 0 truncated: {held}; written to {args.out}")

@@ -534,20 +534,22 @@ def proxy_load_report(path: Path = PROXY_LOAD) -> str:
         )
     held = ", ".join(f"{name} {n}" for name, n in data["most_streams_held"].items())
     lines += ["", f"Most concurrent streams held with 0 errors and 0 truncated: {held}.", ""]
-    return "\n".join([*lines, *added_ttft_lines(data["results"], ""), *gateway_goal_lines(data["results"])])
+    return "\n".join(
+        [*lines, *added_ttft_lines(data["results"], ""), *gateway_goal_lines(data["results"]), *haproxy_lines(data)]
+    )
 
 
 PROXY_GOAL_LEVEL, PROXY_GOAL_MS = 32, 10.0
 
 
-def gateway_goal_lines(results: dict[str, list[dict]]) -> list[str]:
-    """Issue 47's goal: at 32 streams the gateway adds at most 10 ms to the front door's p99 TTFT, side by side;
-    read on the streams of kept-alive connections (the steady state), with the connections' first streams beside."""
-    rows = {name: next((r for r in results.get(name, []) if r["level"] == PROXY_GOAL_LEVEL), None)
-            for name in ("front door", "gateway")}  # fmt: skip
-    front, gateway = rows["front door"], rows["gateway"]
+def paired_added(results: dict[str, list[dict]], name: str) -> tuple[float, float, str, str] | None:
+    """What gateway path ``name`` adds to the front door's p99 TTFT at the goal's level, kept-alive and first streams:
+    (kept, first, how it was read, each round's kept figure), or None without the figures."""
+    rows = {path: next((r for r in results.get(path, []) if r["level"] == PROXY_GOAL_LEVEL), None)
+            for path in ("front door", name)}  # fmt: skip
+    front, gateway = rows["front door"], rows[name]
     if not (front and gateway and gateway.get("ttft_kept_p99_ms") is not None and front.get("ttft_kept_p99_ms")):
-        return []
+        return None
     rounds = [
         (g - f, gf - ff)
         for g, f, gf, ff in zip(
@@ -566,13 +568,51 @@ def gateway_goal_lines(results: dict[str, list[dict]]) -> list[str]:
         kept = gateway["ttft_kept_p99_ms"] - front["ttft_kept_p99_ms"]
         first = gateway["ttft_first_p99_ms"] - front["ttft_first_p99_ms"]
         how, each = "p99 over all streams", ""
+    return kept, first, how, each
+
+
+def gateway_goal_lines(results: dict[str, list[dict]]) -> list[str]:
+    """Issue 47's goal: at 32 streams the gateway adds at most 10 ms to the front door's p99 TTFT, side by side;
+    read on the streams of kept-alive connections (the steady state), with the connections' first streams beside;
+    then the same figures for each variant of the gateway that ran beside it."""
+    added = paired_added(results, "gateway")
+    if added is None:
+        return []
+    kept, first, how, each = added
     met = kept <= PROXY_GOAL_MS
-    return [
+    lines = [
         f"Goal (issue 47): the gateway adds at most {PROXY_GOAL_MS:g} ms to the front door's p99 TTFT at"
         f" {PROXY_GOAL_LEVEL} streams: {'met' if met else 'NOT met'} on kept-alive connections ({kept:+.1f} ms);"
         f" each connection's first stream, all {PROXY_GOAL_LEVEL} at once: {first:+.1f} ms ({how}){each}.",
         "",
     ]
+    variants = [(name, paired_added(results, name)) for name in results if name.startswith("gateway, ")]
+    if variants := [(name, figures) for name, figures in variants if figures is not None]:
+        lines += [f"The same figures for the gateway's variants at {PROXY_GOAL_LEVEL} streams, read the same way:", ""]
+        lines += [f"- {name}: kept-alive {k:+.1f} ms, first streams {f:+.1f} ms{e}." for name, (k, f, _, e) in variants]
+        lines.append("")
+    return lines
+
+
+def haproxy_lines(data: dict) -> list[str]:
+    """Each gateway's HAProxy: what its environment was given, its minor page faults per stream and its peak
+    resident memory, level by level (runs that recorded them)."""
+    lines = []
+    for name, rows in data["results"].items():
+        rows = [r for r in rows if "haproxy_page_faults" in r]
+        if not rows:
+            continue
+        given = data.get("haproxy_environment", {}).get(name)
+        env = " ".join(f"{k}={v}" for k, v in sorted(given.items())) if given else "nothing"
+        faults = ", ".join(f"{r['level']}: {r['haproxy_page_faults'] / max(r['streams'], 1):.0f}" for r in rows)
+        peak = ", ".join(f"{r['level']}: {r['haproxy_peak_rss_kib'] / 1024:.0f}" for r in rows)
+        lines.append(
+            f"- {name}: its environment given `{env}`; page faults per stream (by level) {faults};"
+            f" peak resident memory so far (MiB, after each level) {peak}."
+        )
+    if not lines:
+        return []
+    return ["HAProxy's minor page faults over each level's rounds (/proc, its own streams) and memory:", "", *lines, ""]
 
 
 GUIDELLM_LOAD = ROOT / "bench" / "guidellm-load.json"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import shlex
 import shutil
 import signal
 import socket
@@ -268,6 +269,31 @@ def write_gateway_errors(out: Path) -> Path:
     return out
 
 
+def unit_environment(dropin: str) -> dict[str, str]:
+    """The variables a systemd unit file's ``Environment=`` lines set (words split as systemd does for the plain,
+    quoted and unquoted, assignments a role writes; a later assignment wins; an empty ``Environment=`` resets)."""
+    env: dict[str, str] = {}
+    for line in dropin.splitlines():
+        key, _, value = line.strip().partition("=")
+        if key.strip() != "Environment":
+            continue
+        if not value.strip():
+            env.clear()
+            continue
+        for word in shlex.split(value):
+            name, sep, setting = word.partition("=")
+            if sep:
+                env[name] = setting
+    return env
+
+
+def gateway_environment(knobs: dict | None = None) -> dict[str, str]:
+    """What roles/llm_gateway's drop-in (templates/malloc.conf.j2) puts in HAProxy's environment, rendered with the
+    role's defaults (``knobs`` over them): {"GLIBC_TUNABLES": ...}."""
+    text = render("unit-gateway-live", "llm_gateway", "malloc.conf.j2", ("llm_gateway",), ("fleet_cache",), knobs or {})
+    return unit_environment(text)
+
+
 def start_gateway(
     tmp: Path,
     box_port: int,
@@ -280,6 +306,7 @@ def start_gateway(
     pools: dict[str, str] | None = None,
     tenant_models: dict[str, list[str] | None] | None = None,
     body_max_bytes: int = 1 << 20,
+    environment: dict[str, str] | None = None,
 ) -> tuple[subprocess.Popen, int]:
     """HAProxy with the rendered gateway file over one box ("localhost", its front door on ``box_port``), or over
     ``boxes`` (name, front door port, certificate) when given; ``keys``: the keys it accepts, each a key (tenant
@@ -289,7 +316,9 @@ def start_gateway(
     gateway_pools.py); ``edit``: a change to the rendered file, for a test that shows what the file's own setting
     prevents.
     ``log``: a file for HAProxy's request log and messages (under load a pipe nobody reads would fill and stall
-    it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start)."""
+    it); without one they go to this process's stdout and a pipe (read when HAProxy fails to start).
+    ``environment``: set in HAProxy's environment over this process's, which loses its own GLIBC_TUNABLES either way
+    (``gateway_environment()`` is the role's unit's)."""
     haproxy = haproxy_binary()
     tmp.mkdir(parents=True, exist_ok=True)
     cert, key = self_signed(tmp)
@@ -342,9 +371,10 @@ def start_gateway(
         check = subprocess.run([haproxy, "-c", "-f", str(tmp / "haproxy.cfg")], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
         argv = [haproxy, "-db", "-f", str(tmp / "haproxy.cfg")]
+        env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"} | (environment or {})
         if log is None:
-            return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True)
+            return subprocess.Popen(argv, stderr=subprocess.PIPE, text=True, env=env)
         with log.open("w") as out:
-            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True)
+            return subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, text=True, env=env)
 
     return start_on_a_free_port(launch, "haproxy")

@@ -12,6 +12,7 @@ import pytest
 
 from bench import proxy_load
 from bench import report as bench
+from harness import live_proxies
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -20,10 +21,16 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_every_path_carries_whole_streams_and_the_report_shows_them(tmp_path: Path) -> None:
     out = tmp_path / "proxy-load.json"
     argv = ["--levels", "1,4", "--tokens", "5", "--ttft-ms", "20", "--itl-ms", "2", "--requests", "2"]
-    argv += ["--out", str(out)]
+    argv += ["--variants", "glibc-defaults", "--out", str(out)]
     assert proxy_load.main(argv) == 0
     data = json.loads(out.read_text())
-    assert set(data["results"]) == {"direct", "front door", "gateway"}
+    assert set(data["results"]) == {"direct", "front door", "gateway", "gateway, glibc-defaults"}
+    # the role's gateway ran with its unit's environment (the drop-in, rendered from the role's defaults), the
+    # variant without it; each HAProxy's page faults and memory were read
+    assert data["haproxy_environment"] == {"gateway": live_proxies.gateway_environment(), "gateway, glibc-defaults": {}}
+    assert "glibc.malloc.mmap_threshold=" in data["haproxy_environment"]["gateway"]["GLIBC_TUNABLES"]
+    for name in ("gateway", "gateway, glibc-defaults"):
+        assert all(r["haproxy_page_faults"] >= 0 and r["haproxy_peak_rss_kib"] > 0 for r in data["results"][name])
     for rows in data["results"].values():
         assert [r["level"] for r in rows] == [1, 4]
         for r in rows:
@@ -31,10 +38,11 @@ def test_every_path_carries_whole_streams_and_the_report_shows_them(tmp_path: Pa
             assert r["ttft_p50_ms"] >= 20 and r["most_in_flight"] == r["level"]
             # each client's first stream apart from its second (kept alive)
             assert r["ttft_first_p50_ms"] >= 20 and r["ttft_kept_p50_ms"] >= 20, r
-    assert data["most_streams_held"] == {"direct": 4, "front door": 4, "gateway": 4}
+    assert data["most_streams_held"] == {"direct": 4, "front door": 4, "gateway": 4, "gateway, glibc-defaults": 4}
     text = bench.proxy_load_report(out)
     assert "| 4 | gateway | 8 / 8 | 0 | 0 | 4 |" in text
-    assert "Most concurrent streams held with 0 errors and 0 truncated: direct 4, front door 4, gateway 4." in text
+    assert "Most concurrent streams held with 0 errors and 0 truncated: direct 4, front door 4, gateway 4," in text
+    assert "- gateway: its environment given `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=" in text
     assert "- gateway adds to direct p99 TTFT (ms, by level): 1: " in text
 
 

@@ -94,3 +94,33 @@ def test_with_rounds_the_goal_is_the_median_of_each_rounds_difference(tmp_path: 
     gateway["ttft_kept_p99_rounds_ms"] = [75.0, 70.0, 69.0]  # control: +17 and +11 in two of three rounds
     path.write_text(json.dumps(data))
     assert "NOT met on kept-alive connections (+11.0 ms)" in bench.proxy_load_report(path)
+
+
+def test_each_variant_is_read_as_the_goal_is_and_each_haproxys_page_faults_are_shown(tmp_path: Path) -> None:
+    data = record(66.0)
+    data["results"]["gateway, glibc-defaults"] = [row(1, 55.0, 55.0, 55.0), row(32, 99.0, 130.0, 73.0)]
+    for name, faults in (("gateway", 64), ("gateway, glibc-defaults", 32000)):
+        data["results"][name][1] |= {"haproxy_page_faults": faults, "haproxy_peak_rss_kib": 40960}
+    tunables = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=4"}
+    data["haproxy_environment"] = {"gateway": tunables, "gateway, glibc-defaults": {}}
+    path = tmp_path / "proxy-load.json"
+    path.write_text(json.dumps(data))
+    text = bench.proxy_load_report(path)
+    assert "met on kept-alive connections (+8.0 ms)" in text
+    assert "- gateway, glibc-defaults: kept-alive +15.0 ms, first streams +70.0 ms." in text
+    assert (
+        "- gateway: its environment given `GLIBC_TUNABLES=glibc.malloc.mmap_threshold=4`; page faults per stream"
+        " (by level) 32: 1; peak resident memory so far (MiB, after each level) 32: 40." in text
+    )
+    assert "- gateway, glibc-defaults: its environment given `nothing`; page faults per stream (by level) 32: 500;" in (
+        text
+    )
+    # control: a run from before these figures has neither line
+    path.write_text(json.dumps(record(66.0)))
+    text = bench.proxy_load_report(path)
+    assert "Goal (issue 47)" in text and "page faults" not in text and "variants" not in text
+
+
+def test_the_glibc_variant_runs_without_the_roles_environment_and_the_others_with_it() -> None:
+    assert proxy_load.VARIANTS["glibc-defaults"][3] is False and proxy_load.variant_edit("glibc-defaults") is None
+    assert all(proxy_load.VARIANTS[name][3] for name in ("reuse-safe", "no-l7-retries", "64k-bound"))
