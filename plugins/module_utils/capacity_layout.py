@@ -145,6 +145,32 @@ class Layout:
         return tuple(found) or ("dense",)
 
 
+def describe(layout: Layout | None, layers: int, tp: int) -> str:
+    """One line of what the planner read of a model's layers, as ``make plan`` and preflight print it: the
+    attention kinds with the window, the recurrent layers, the experts resident on each GPU under tensor parallel
+    (vLLM keeps every expert on every rank, each 1/tp of its width), shared experts and attention sinks."""
+    if layout is None:
+        return f"{layers} layers (full attention), dense MLP"
+    names = {FULL: "full attention", SLIDING: f"sliding ({layout.window} tokens)", LINEAR: "linear/Mamba"}
+    kinds = ", ".join(f"{layout.count(kind)} {names[kind]}" for kind in (FULL, SLIDING, LINEAR) if layout.count(kind))
+    parts = [f"{len(layout.kinds)} layers ({kinds})"]
+    if layout.recurrent is not None:
+        parts.append(f"recurrent state: {layout.recurrent.kind}")
+    if layout.sinks:
+        parts.append("attention sinks")
+    experts = layout.experts
+    if experts is not None:
+        width = f", each 1/{tp} of its width" if tp > 1 else ""
+        line = (
+            f"experts: {experts.routed} routed of {experts.intermediate} ({experts.active} a token) in "
+            f"{experts.moe_layers} of {len(layout.kinds)} layers, all {experts.routed} resident on each GPU{width}"
+        )
+        if experts.shared:
+            line += f", shared experts of {experts.shared} in all"
+        parts.append(line)
+    return "; ".join(parts)
+
+
 def text_config(config: dict[str, Any]) -> dict[str, Any]:
     """The language model's part of a config.json (``text_config`` of multimodal configs such as Gemma 3)."""
     inner = config.get("text_config")

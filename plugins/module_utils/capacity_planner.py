@@ -236,6 +236,7 @@ class Plan:
     budget_gib_per_gpu: float = 0.0
     max_num_batched_tokens: int = 0
     weights_source: str = ""
+    layout: str = ""  # capacity_layout.describe: the layers, windows and experts the plan read
     engine: str = DEFAULT_ENGINE
     fits: bool = False
     errors: list[str] = field(default_factory=list)
@@ -576,6 +577,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
         if kv_bytes > 0 and (problem := capacity_v1.mamba_blocks_problem(model.layout, serving, blocks)):
             result.errors.append(problem)
 
+    result.layout = capacity_layout.describe(model.layout, model.layers, serving.tp)
     result.budget_gib_per_gpu = budget / GIB
     result.weights_gib_per_gpu, result.draft_weights_gib = weights / GIB, draft_weights / GIB
     result.rotary_cache_gib = rotary_cache_bytes(model) / GIB

@@ -31,7 +31,7 @@ PLAN_ROWS = (
 
 def plan_table(plan: dict[str, Any]) -> str:
     """A fixed-width text table of a plan, followed by its errors and warnings."""
-    lines = []
+    lines = [f"layout: {plan['layout']}"] if plan.get("layout") else []
     for label, key, fmt in PLAN_ROWS:
         if key in plan and not (key in OPTIONAL_ROWS and not plan[key]):
             lines.append(f"{label:<20} {fmt.format(plan[key]):>14}")

@@ -509,3 +509,20 @@ def test_vllms_start_up_lines_are_read_into_the_measured_kv_cache() -> None:
     line = vllm_startup.compared({"kv_cache_gib_per_gpu": 6.2, "kv_tokens": 590000}, vllm_startup.measured(gpu))
     assert line.startswith("KV cache: 6.01 GiB measured vs 6.20 GiB planned per GPU; 569,878 tokens measured")
     assert f"gpubox_kv_cache_memory_bytes: {int(6.01 * GIB)}" in line
+
+
+def test_the_plan_names_the_layers_windows_and_experts_it_read() -> None:
+    # make plan and preflight print one line of what the planner read: every expert resident on each GPU under
+    # tensor parallel (each a tp-th of its width), the sliding layers' window, the sinks; a dense model says so.
+    moe = capacity_layout.describe(capacity_layout.layout(gpt_oss_20b()), 24, 2)
+    assert moe == (
+        "24 layers (12 full attention, 12 sliding (128 tokens)); attention sinks; experts: 32 routed of 2880 "
+        "(4 a token) in 24 of 24 layers, all 32 resident on each GPU, each 1/2 of its width"
+    )
+    assert "each 1/" not in capacity_layout.describe(capacity_layout.layout(gpt_oss_20b()), 24, 1)
+    assert capacity_layout.describe(None, 48, 2) == "48 layers (full attention), dense MLP"
+    hybrid = capacity_layout.describe(capacity_layout.layout(qwen3_next()), 48, 4)
+    assert "36 linear/Mamba" in hybrid and "recurrent state: gdn" in hybrid, hybrid
+    table = capacity_planner.plan_table({"layout": moe, "fits": True})
+    assert table.splitlines()[0] == f"layout: {moe}"
+    assert not capacity_planner.plan_table({"fits": True}).startswith("layout")  # control: no layout, no line
