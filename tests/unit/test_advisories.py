@@ -11,6 +11,7 @@ import importlib.util
 from pathlib import Path
 
 import pytest
+import yaml
 
 FILES = Path(__file__).resolve().parents[2] / "roles" / "python_env" / "files"
 
@@ -270,3 +271,110 @@ def test_a_shared_entry_whose_id_is_not_in_the_shared_file_is_refused(tmp_path: 
     )
     found = advisories.problems(advisories.load_advisories(tmp_path / "stack.yml"), {})
     assert found == ["CVE-0000-0001: missing package, affected, what, url"], found
+
+
+# --- issue 48: an advisory a release we could pin fixes is a failure, not an accepted risk ---------------------------
+
+DECIDED = datetime.date(2026, 12, 7)
+
+
+def _vllm_entry(**fields: object) -> dict:
+    """An accepted risk of vLLM 0.32.0 that 0.33.0 (the committed proposal's lock) fixes; synthetic, not a real id."""
+    base = {"id": "CVE-0000-0048", "package": "vllm", "affected": ["<0.33.0"], "fixed_in": "0.33.0"}
+    return _entry(**{**base, "status": "accepted-risk", "reason": "r", "mitigation": "m", **fields})
+
+
+@pytest.fixture(scope="module")
+def lts_pins() -> dict[str, str]:
+    _, pin_files, lock = advisories.stack_paths("lts-580")
+    return {**advisories.lock_pins(lock.read_text(encoding="utf-8")), **advisories.load_pins(pin_files)}
+
+
+def test_a_release_we_could_pin_is_a_committed_lock_on_the_stacks_driver_branch() -> None:
+    releases = advisories.pinnable("lts-580")
+    assert [(release, where) for release, where, _ in releases] == [
+        ("0.33.0", "proposal stack-proposal-vllm-0.33.0.yml, constraints-vllm-0.33.0.hashes.txt")
+    ]
+    assert releases[0][2]["vllm"] == "0.33.0" and releases[0][2]["torch"] == "2.14.0"
+    # vLLM 0.32.0 (lts-580) and 0.33.0 are CUDA 13 pin sets on R580: none is a release pinned-0.7.3 (R535) could pin
+    assert advisories.pinnable("pinned-0.7.3") == []
+
+
+def test_control_a_lock_on_the_same_branch_counts_and_one_on_another_does_not(tmp_path: Path) -> None:
+    for name, branch, release in (("a", "535", "0.8.5"), ("b", "580", "0.9.0"), ("c", "535", "0.7.2")):
+        (tmp_path / f"stack-proposal-vllm-{name}.yml").write_text(
+            f"stack:\n  driver_branch: '{branch}'\n  vllm: {release}\n  constraints: c-{name}.txt\n", encoding="utf-8"
+        )
+        (tmp_path / f"c-{name}.hashes.txt").write_text(f"vllm=={release} --hash=sha256:{'0' * 64}\n", encoding="utf-8")
+    found = advisories.pinnable("pinned-0.7.3", tmp_path)
+    assert [(release, where) for release, where, _ in found] == [
+        ("0.8.5", "proposal stack-proposal-vllm-a.yml, c-a.hashes.txt")  # not b (R580), not c (older than 0.7.3)
+    ]
+
+
+def test_an_advisory_a_pinnable_release_fixes_fails_naming_it_the_stack_and_the_release(lts_pins: dict) -> None:
+    entry = _vllm_entry()
+    assert advisories.problems([entry], lts_pins) == []  # control: the accepted-risk rule alone lets it stand
+    found = advisories.fixable_problems([entry], lts_pins, "lts-580", advisories.pinnable("lts-580"), DECIDED)
+    assert len(found) == 1, found
+    assert found[0].startswith("CVE-0000-0048: vllm==0.32.0 of stack lts-580 is in the affected range ['<0.33.0']")
+    assert "vLLM 0.33.0, a release we could pin (proposal stack-proposal-vllm-0.33.0.yml" in found[0]
+    assert "fixes it with vllm==0.33.0: move lts-580 to vLLM 0.33.0" in found[0]
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"affected": ["<0.34.0"], "fixed_in": "0.34.0"},  # only a release we cannot pin (0.34.0) fixes it
+        {"affected": ["==0.32.0"], "fixed_in": None, "range_verified": False},  # no fixing release known
+        {"affected": [">=0.33.0,<0.34.0"], "fixed_in": "0.34.0"},  # the pin is outside: nothing to move for
+    ],
+)
+def test_control_no_failure_when_no_release_we_could_pin_fixes_it(fields: dict, lts_pins: dict) -> None:
+    entry = _vllm_entry(**fields)
+    assert advisories.fixable_problems([entry], lts_pins, "lts-580", advisories.pinnable("lts-580"), DECIDED) == []
+
+
+def _lts_table(tmp_path: Path, entry: dict) -> Path:
+    """lts-580's committed reviews with one more advisory entry (its own facts: no shared file in tmp_path)."""
+    path = tmp_path / "advisories-lts.yml"
+    reviews = advisories.load_reviews(advisories.stack_paths("lts-580")[0])
+    path.write_text(yaml.safe_dump({"advisories": [entry], "reviewed": reviews}), encoding="utf-8")
+    return path
+
+
+def test_the_stack_check_fails_until_the_move_and_a_pending_move_holds_30_days(tmp_path: Path) -> None:
+    text = advisories.README.read_text(encoding="utf-8")
+    path = _lts_table(tmp_path, _vllm_entry())
+    found, _, _ = advisories.check_stack("lts-580", text, DECIDED, advisories_path=path)
+    assert len(found) == 1 and "of stack lts-580" in found[0] and "move lts-580 to vLLM 0.33.0" in found[0], found
+    move = {"since": DECIDED, "to": "0.33.0", "reason": "the canary of 0.33.0 runs first; its parser is unchecked"}
+    path = _lts_table(tmp_path, _vllm_entry(move_pending=move))
+    day_30, day_31 = DECIDED + datetime.timedelta(days=30), DECIDED + datetime.timedelta(days=31)
+    found, _, block = advisories.check_stack("lts-580", text, day_30, advisories_path=path)
+    assert found == []
+    assert "MOVE PENDING to vLLM 0.33.0 since 2026-12-07: the canary of 0.33.0 runs first" in block
+    found, _, _ = advisories.check_stack("lts-580", text, day_31, advisories_path=path)
+    assert len(found) == 2 and "expired 2027-01-06" in found[0] and "move lts-580 to vLLM 0.33.0" in found[1], found
+
+
+@pytest.mark.parametrize(
+    ("move", "fields", "expected"),
+    [
+        ({"to": "0.33.0", "reason": "issue 48"}, {}, "is not a date"),
+        ({"since": DECIDED, "to": "0.33.0", "reason": "issue 48"}, {}, "a reason in words"),
+        ({"since": DECIDED, "to": "0.33.0", "reason": "see #48"}, {}, "a reason in words"),
+        ({"since": DECIDED, "to": "0.33.0", "reason": " "}, {}, "a reason in words"),
+        ({"since": DECIDED, "reason": "waiting for the canary"}, {}, "names no release"),
+        ({"since": DECIDED + datetime.timedelta(days=1), "to": "0.33.0", "reason": "r r"}, {}, "after today"),
+        ({"since": DECIDED, "to": "0.33.0", "reason": "r r"}, {"status": "fixed-by-pin"}, "belongs to an accepted"),
+        ("soon", {}, "must be a mapping"),
+    ],
+)
+def test_a_move_pending_needs_a_date_a_release_and_a_reason_in_words(
+    move: object, fields: dict, expected: str, lts_pins: dict
+) -> None:
+    entry = _vllm_entry(move_pending=move, **fields)
+    found = advisories.fixable_problems([entry], lts_pins, "lts-580", advisories.pinnable("lts-580"), DECIDED)
+    assert any(expected in line for line in found), found
+    assert any("move lts-580 to vLLM 0.33.0" in line for line in found), found  # a bad move_pending holds nothing
