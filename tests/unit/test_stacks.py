@@ -311,6 +311,60 @@ def test_day_two_lists_every_stacks_support_dates_from_the_table() -> None:
     assert table in (ROOT / "docs" / "day-two.md").read_text()
 
 
+def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
+    """The first table after the line ``heading`` of a Markdown text: one dict per row, keyed by the header's cells."""
+    lines = text.split(f"\n{heading}\n", 1)[1].splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
+    rows = []
+    for line in lines[start:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
+    header, body = rows[0], rows[2:]  # rows[1] is the |---| line
+    return [dict(zip(header, cells, strict=True)) for cells in body]
+
+
+def support_problems(rows: list[dict[str, str]]) -> list[str]:
+    """What the support dates table lacks: each stack's driver branch and vLLM release, a row each that names the
+    stack, with the date the stack table states (stacks.SupportEnd; "not published" where it has none)."""
+    found = [f"{row['part']}: no date or no source" for row in rows if not row["supported until"] or not row["source"]]
+    for name, stack in stacks.STACKS.items():
+        for prefix in (f"NVIDIA driver R{stack.driver_branch} ", f"vLLM {stack.vllm}"):
+            row = next((row for row in rows if row["part"] == prefix or row["part"].startswith(prefix)), None)
+            end = next((end.until for end in stack.support if end.part.startswith(prefix.strip())), "")
+            if row is None:
+                found.append(f"{name}: no row for {prefix.strip()}")
+            elif f"`{name}`" not in row["where gpubox uses it"]:
+                found.append(f"{name}: the row of {prefix.strip()} does not name the stack")
+            elif not row["supported until"].startswith(end or "not published"):
+                found.append(f"{name}: {prefix.strip()} is supported until {end or 'not published'} in stacks.py")
+    return found
+
+
+def test_day_two_support_dates_cover_every_stacks_driver_branch_and_vllm_release() -> None:
+    rows = markdown_table((ROOT / "docs" / "day-two.md").read_text(), "## Support dates")
+    assert support_problems(rows) == []
+    parts = {row["part"]: row["supported until"] for row in rows}
+    assert parts["NVIDIA driver R620 (long-term branch)"] == "2029-09"
+    assert [part for part in parts if part.startswith(("ansible-core 2.19", "Python 3.11"))] == [
+        "ansible-core 2.19",
+        "Python 3.11",
+    ]
+
+
+def test_control_the_support_dates_check_finds_a_missing_branch_a_wrong_date_and_a_missing_source() -> None:
+    rows = markdown_table((ROOT / "docs" / "day-two.md").read_text(), "## Support dates")
+    without = [row for row in rows if not row["part"].startswith("NVIDIA driver R580")]
+    assert support_problems(without) == ["lts-580: no row for NVIDIA driver R580"]
+    moved = [{**row, "supported until": "2029-06"} if row["part"].startswith("NVIDIA driver R580") else row
+             for row in rows]  # fmt: skip
+    assert support_problems(moved) == ["lts-580: NVIDIA driver R580 is supported until 2028-06 in stacks.py"]
+    other = [{**row, "where gpubox uses it": "no stack"} if row["part"] == "vLLM 0.7.3" else row for row in rows]
+    assert support_problems(other) == ["pinned-0.7.3: the row of vLLM 0.7.3 does not name the stack"]
+    unsourced = [{**row, "source": ""} if row["part"] == "Python 3.12" else row for row in rows]
+    assert support_problems(unsourced) == ["Python 3.12: no date or no source"]
+
+
 def test_the_serving_scenario_runs_the_supported_stacks_command_line_over_the_test_images_driver() -> None:
     """molecule/serving's box is on lts-580, whose vLLM (0.32.0) is the CPU engine's release: the command line it
     renders is that stack's (tests/engines parses it with 0.32.0's parser), not the pinned stack's. Its driver and
