@@ -5,7 +5,10 @@
     {{ model | gpubox.gpubox.plan(gpu, serving[, engine]) }} -> memory plan of vLLM's start-up (engine v0: 0.7.3, v1)
     {{ plan | gpubox.gpubox.plan_table }}                 -> the plan as a text table
     {{ journal | gpubox.gpubox.vllm_startup }}            -> vLLM's start-up KV figures (weights, KV GiB, tokens)
-    {{ measured | gpubox.gpubox.kv_report_line(plan) }}   -> the report's line: measured vs planned, the pin
+    {{ measured | gpubox.gpubox.kv_report_line(plan, pin) }} -> the report's line: measured vs planned, the pin
+    {{ state | gpubox.gpubox.kv_pin_decision(fact, checksum, measured, now) }} -> keep/drop/write the box's KV pin
+    {{ fact | gpubox.gpubox.kv_pin_env }}                 -> GPUBOX_KV_CACHE_PIN=--kv-cache-memory-bytes=N
+    {{ state | gpubox.gpubox.kv_pin_argument }}           -> "$GPUBOX_KV_CACHE_PIN" where the box pins its KV cache
     {{ model_id | gpubox.gpubox.expected_model(config) }} -> the model facts preflight plans from
     {{ config_json | gpubox.gpubox.config_mismatches(model_id, config) }}
     {{ state | gpubox.gpubox.vllm_args(host) }}           -> vLLM 0.7.3 api_server arguments
@@ -44,6 +47,7 @@ from ansible_collections.gpubox.gpubox.plugins.module_utils import (
     driver_branch,
     driver_snapshot,
     kernel_modules,
+    kv_pin,
     model_catalog,
     net_checks,
     preflight_checks,
@@ -86,9 +90,24 @@ def vllm_startup(journal: Any) -> dict[str, Any]:
     return startup.measured(journal)
 
 
-def kv_report_line(measured: Any, plan: Any) -> str:
-    """The report's line: the plan's KV cache against what vLLM measured, and the value to pin."""
-    return startup.compared(plan, measured if isinstance(measured, dict) else {})
+def kv_report_line(measured: Any, plan: Any, pin: Any = None) -> str:
+    """The report's line: the plan's KV cache against what vLLM measured, and the value to pin (or the box's pin)."""
+    return startup.compared(plan, measured if isinstance(measured, dict) else {}, pin)
+
+
+def kv_pin_decision(state: Any, fact: Any, unit_checksum: Any, measured: Any = None, now: str = "") -> dict[str, Any]:
+    """Keep, drop or write the box's own KV cache pin (module_utils.kv_pin.decide)."""
+    return kv_pin.decide(state, fact, unit_checksum, measured, now)
+
+
+def kv_pin_env(fact: Any) -> str:
+    """The pin's environment file line (module_utils.kv_pin.env_line)."""
+    return kv_pin.env_line(fact)
+
+
+def kv_pin_argument(state: Any) -> str:
+    """"$GPUBOX_KV_CACHE_PIN" where the box pins its KV cache itself, else "" (module_utils.kv_pin.argument)."""
+    return kv_pin.argument(state)
 
 
 def plan_table(result: dict[str, Any]) -> str:
@@ -267,6 +286,9 @@ class FilterModule:
             "plan_table": plan_table,
             "vllm_startup": vllm_startup,
             "kv_report_line": kv_report_line,
+            "kv_pin_decision": kv_pin_decision,
+            "kv_pin_env": kv_pin_env,
+            "kv_pin_argument": kv_pin_argument,
             "preflight": preflight,
             "state_errors": state_errors,
             "vllm_args": vllm_args,

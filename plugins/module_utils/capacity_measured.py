@@ -8,9 +8,10 @@ plan (issue 45 item 5):
 
 * vLLM sizes the KV cache itself: its profiling run measures the weights and the activation peak at start and gives
   the rest of ``gpubox_gpu_memory_utilization`` x the card to the cache. The serving report reads vLLM's own
-  "Available KV cache memory" (vllm_startup.py) and prints the value to pin as gpubox_kv_cache_memory_bytes; later
-  starts take the pin (vLLM 0.32's --kv-cache-memory-bytes), so a restart while another process holds GPU memory
-  cannot shrink the pool. vLLM 0.7.3 (pinned-0.7.3) has no such flag: there the variable is refused.
+  figure (vllm_startup.py) and the box pins it for the unit's later starts (kv_pin.py: vLLM 0.32's
+  --kv-cache-memory-bytes), so a restart while another process holds GPU memory cannot shrink the pool; the
+  inventory may pin it instead (gpubox_kv_cache_memory_bytes). vLLM 0.7.3 (pinned-0.7.3) has no such flag: there the
+  variable is refused.
 * That first start is conservative: ``gpubox_gpu_memory_utilization`` at most ``MAX_UTILIZATION`` (0.85), refused
   above it. What vLLM allocates after it has sized the cache lives in the rest of the card: the CUDA context
   (capacity_v1.CUDA_CONTEXT_GIB, 0.5 GiB), the V2 runner's sampler warm-up (capacity_v1's docstring, item 7:

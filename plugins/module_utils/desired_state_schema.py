@@ -358,7 +358,8 @@ ROWS: tuple[Row, ...] = (
         "gpubox_kv_cache_memory_bytes",
         "raw",
         "vLLM --kv-cache-memory-bytes on lts-580: the KV cache budget per GPU in bytes, pinned instead of profiled "
-        "(the serving report prints the value vLLM measured at its last start); null: profile it at every start.",
+        "for every box of the group; null: the box pins what vLLM measured at its unit's first start for the later "
+        "starts (ansible_local.gpubox_kv_pin; measured again when the unit changes).",
         doc_type="int or null",
         check="int",
         low=1 << 26,

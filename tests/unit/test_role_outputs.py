@@ -35,6 +35,7 @@ OWNERS = {
     "vllm_service_canary_metrics": "vllm_service",
     "vllm_service_canary_answers": "vllm_service",
     "gpubox_canary": "vllm_service",
+    "gpubox_kv_pin": "vllm_service",
     "gpubox_reboot": "gpubox",
 }
 _FACT_FILE = re.compile(r"facts\.d/([a-z0-9_]+)\.fact\b")

