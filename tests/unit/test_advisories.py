@@ -378,3 +378,34 @@ def test_a_move_pending_needs_a_date_a_release_and_a_reason_in_words(
     found = advisories.fixable_problems([entry], lts_pins, "lts-580", advisories.pinnable("lts-580"), DECIDED)
     assert any(expected in line for line in found), found
     assert any("move lts-580 to vLLM 0.33.0" in line for line in found), found  # a bad move_pending holds nothing
+
+
+# --- 2026-12-07: four vLLM advisories a colleague found, judged against what each record states ----------------------
+
+FOUND_2026_12_07 = {
+    "CVE-2026-105757": "accepted-risk",  # PYSEC-2026-4199: < 0.30.0
+    "PYSEC-2026-4325": "accepted-risk",  # < 0.30.0
+    "CVE-2026-105760": "fixed-by-pin",  # the CVE record's range starts at 0.23.0rc2
+    "PYSEC-2026-4198": "accepted-risk",  # record not read: the range recorded is the pin
+}
+
+
+def test_the_four_vllm_advisories_of_2026_12_07_are_listed_with_their_verdicts(data: list[dict], pins: dict) -> None:
+    found = {entry["id"]: entry for entry in data if entry["id"] in FOUND_2026_12_07}
+    assert {ident: entry["status"] for ident, entry in found.items()} == FOUND_2026_12_07
+    assert all(found[ident]["package"] == "vllm" for ident in FOUND_2026_12_07)
+    assert found["PYSEC-2026-4198"]["range_verified"] is False and "fixed_in" not in found["PYSEC-2026-4198"]
+    open_ones = [ident for ident, status in FOUND_2026_12_07.items() if status == "accepted-risk"]
+    assert all(advisories.affected(found[ident], pins["vllm"]) for ident in open_ones)
+    assert not advisories.affected(found["CVE-2026-105760"], pins["vllm"])
+
+
+def test_control_without_their_accepted_risks_the_check_fails_and_a_range_from_0_would_reach_0_7_3(
+    data: list[dict], pins: dict
+) -> None:
+    stripped = [{**entry, "status": "fixed-by-pin"} if entry["id"] in FOUND_2026_12_07 else entry for entry in data]
+    found = advisories.problems(stripped, pins)
+    assert sorted(line.split(":", 1)[0] for line in found) == ["CVE-2026-105757", "PYSEC-2026-4198", "PYSEC-2026-4325"]
+    glmga = next(entry for entry in data if entry["id"] == "CVE-2026-105760")
+    found = advisories.problems([{**glmga, "affected": ["<0.30.0"]}], pins)  # the text's reading, not the range's
+    assert len(found) == 1 and "no risk is accepted" in found[0], found
