@@ -409,3 +409,43 @@ def test_control_without_their_accepted_risks_the_check_fails_and_a_range_from_0
     glmga = next(entry for entry in data if entry["id"] == "CVE-2026-105760")
     found = advisories.problems([{**glmga, "affected": ["<0.30.0"]}], pins)  # the text's reading, not the range's
     assert len(found) == 1 and "no risk is accepted" in found[0], found
+
+
+# --- 2026-12-07, second pass: the seven records the first pass named in the reviewed: notes -------------------------
+
+FOUND_2026_12_07_SECOND = {
+    "PYSEC-2026-4000": "accepted-risk",  # < 0.30.0: bad_words; 0.7.3's server has no such field
+    "PYSEC-2026-4184": "accepted-risk",  # "through 0.29.0": media read before their limits; text-only models
+    "CVE-2026-105754": "accepted-risk",  # < 0.30.0: /inference/v1/generate, not in 0.7.3, 404 at the front door
+    "CVE-2026-105756": "accepted-risk",  # < 0.30.0: cache_salt with LMCache-MP, neither in 0.7.3
+    "CVE-2026-114051": "accepted-risk",  # < 0.31.0: /inference/v1/generate again
+    "CVE-2026-92365": "accepted-risk",  # VulDB, up to 0.29.0: thinking_budget_state.py, not in 0.7.3
+    "CVE-2026-105775": "accepted-risk",  # VulDB, up to 0.31.0: conv_ssm_forward, not in 0.7.3
+}
+VULDB_NO_FIX = ("CVE-2026-92365", "CVE-2026-105775")
+
+
+def test_the_seven_vllm_records_of_the_second_pass_are_listed_with_their_verdicts(data: list[dict], pins: dict) -> None:
+    found = {entry["id"]: entry for entry in data if entry["id"] in FOUND_2026_12_07_SECOND}
+    assert {ident: entry["status"] for ident, entry in found.items()} == FOUND_2026_12_07_SECOND
+    assert all(entry["package"] == "vllm" and advisories.affected(entry, pins["vllm"]) for entry in found.values())
+    assert all("fixed_in" not in found[ident] for ident in (*VULDB_NO_FIX, "PYSEC-2026-4184"))  # none stated
+
+
+def test_control_without_the_second_pass_accepted_risks_the_check_names_all_seven(data: list[dict], pins: dict) -> None:
+    stripped = [
+        {**entry, "status": "fixed-by-pin"} if entry["id"] in FOUND_2026_12_07_SECOND else entry for entry in data
+    ]
+    found = advisories.problems(stripped, pins)
+    assert sorted(line.split(":", 1)[0] for line in found) == sorted(FOUND_2026_12_07_SECOND), found
+
+
+def test_lts_580_is_outside_the_vuldb_ranges_only_as_stated_and_says_so(lts_pins: dict) -> None:
+    path, _, _ = advisories.stack_paths("lts-580")
+    entries = {entry["id"]: entry for entry in advisories.load_advisories(path)}
+    assert all(entries[ident]["status"] == "fixed-by-pin" for ident in FOUND_2026_12_07_SECOND)
+    assert all("no fix" in entries[ident]["note"] for ident in VULDB_NO_FIX)
+    # control: had the records named 0.32.0 as well (no fix is named), lts-580 would carry both open
+    widened = [{**entries[ident], "affected": ["<=0.32.0"]} for ident in VULDB_NO_FIX]
+    found = advisories.problems(widened, lts_pins)
+    assert sorted(line.split(":", 1)[0] for line in found) == sorted(VULDB_NO_FIX), found
