@@ -449,3 +449,54 @@ def test_lts_580_is_outside_the_vuldb_ranges_only_as_stated_and_says_so(lts_pins
     widened = [{**entries[ident], "affected": ["<=0.32.0"]} for ident in VULDB_NO_FIX]
     found = advisories.problems(widened, lts_pins)
     assert sorted(line.split(":", 1)[0] for line in found) == sorted(VULDB_NO_FIX), found
+
+
+# --- 2026-12-07, third pass: the records the second pass named, and CVE-2026-100654 --------------------------------
+
+FOUND_2026_12_07_THIRD = {
+    "CVE-2026-71486": "accepted-risk",  # < 0.26.0: derender endpoints, not in 0.7.3
+    "CVE-2026-100649": "accepted-risk",  # < 0.29.0: PyNvVideoCodec decoder slots, not in 0.7.3
+    "CVE-2026-100651": "accepted-risk",  # < 0.29.0: /inference/v1/generate, not in 0.7.3, 404 at the front door
+    "PYSEC-2026-3985": "accepted-risk",  # < 0.28.0: LlavaOnevision2 loader, not in 0.7.3
+    "PYSEC-2026-3997": "accepted-risk",  # < 0.28.0: negative token ids on pooling routes; open in part (completions)
+    "PYSEC-2026-3998": "accepted-risk",  # < 0.29.0: allowed_token_ids vs the tokenizer's length; open for some models
+    "PYSEC-2026-3996": "accepted-risk",  # < 0.30.0: P/D decode metadata; no disaggregation, max_tokens=0 refused
+    "PYSEC-2026-3999": "accepted-risk",  # < 0.30.0: _bincount_kernel, not in 0.7.3; the token-id prompt part is open
+    "PYSEC-2026-4004": "accepted-risk",  # pip-audit: fixed 0.30.0, one of CVE-2026-94622..94626 (kv_transfer_params)
+    "PYSEC-2026-4005": "accepted-risk",
+    "PYSEC-2026-4006": "accepted-risk",
+    "PYSEC-2026-4007": "accepted-risk",
+    "PYSEC-2026-4008": "accepted-risk",
+    "CVE-2026-69147": "accepted-risk",  # < 0.28.0: request-chosen video backend, not in 0.7.3
+    "CVE-2026-100654": "accepted-risk",  # < 0.29.0: stop_token_ids with min_tokens: reachable, open
+}
+KV_TRANSFER_UNREAD = tuple(f"PYSEC-2026-{number}" for number in range(4004, 4009))
+OPEN_ON_0_7_3 = ("PYSEC-2026-3997", "PYSEC-2026-3998", "CVE-2026-100654")
+
+
+def test_the_third_pass_records_are_listed_with_their_verdicts(data: list[dict], pins: dict) -> None:
+    found = {entry["id"]: entry for entry in data if entry["id"] in FOUND_2026_12_07_THIRD}
+    assert {ident: entry["status"] for ident, entry in found.items()} == FOUND_2026_12_07_THIRD
+    assert all(entry["package"] == "vllm" and advisories.affected(entry, pins["vllm"]) for entry in found.values())
+    # records not read keep their range marked unverified; the ones found open say so in the table
+    assert [ident for ident, entry in found.items() if entry.get("range_verified") is False] == list(KV_TRANSFER_UNREAD)
+    assert all("OPEN" in found[ident]["mitigation"] for ident in OPEN_ON_0_7_3)
+    assert "PYSEC-2026-4198" in {entry["id"] for entry in data}  # still listed, still unassessed
+
+
+def test_control_without_the_third_pass_accepted_risks_the_check_names_all(data: list[dict], pins: dict) -> None:
+    third = FOUND_2026_12_07_THIRD
+    stripped = [{**entry, "status": "fixed-by-pin"} if entry["id"] in third else entry for entry in data]
+    found = advisories.problems(stripped, pins)
+    assert sorted(line.split(":", 1)[0] for line in found) == sorted(FOUND_2026_12_07_THIRD), found
+
+
+def test_lts_580_is_outside_the_third_pass_ranges_and_says_where_that_is_unchecked(lts_pins: dict) -> None:
+    path, _, _ = advisories.stack_paths("lts-580")
+    entries = {entry["id"]: entry for entry in advisories.load_advisories(path)}
+    assert all(entries[ident]["status"] == "fixed-by-pin" for ident in FOUND_2026_12_07_THIRD)
+    assert all("not checked" in entries[ident]["note"] for ident in KV_TRANSFER_UNREAD)
+    # control: had 0.30.0 not fixed them (the digest's reading: fix pull requests still open), lts-580 would be open
+    unfixed = [{**entries[ident], "affected": ["<=0.32.0"], "fixed_in": None} for ident in KV_TRANSFER_UNREAD]
+    found = advisories.problems(unfixed, lts_pins)
+    assert sorted(line.split(":", 1)[0] for line in found) == sorted(KV_TRANSFER_UNREAD), found
