@@ -19,6 +19,12 @@ _spec = importlib.util.spec_from_file_location("gpubox_advisories", FILES / "adv
 assert _spec and _spec.loader
 advisories = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(advisories)
+_guard_spec = importlib.util.spec_from_file_location(
+    "gpubox_vllm_guard_for_advisories", FILES.parents[1] / "vllm_service" / "files" / "gpubox_vllm_guard.py"
+)
+assert _guard_spec and _guard_spec.loader
+guard = importlib.util.module_from_spec(_guard_spec)
+_guard_spec.loader.exec_module(guard)
 
 
 @pytest.fixture(scope="module")
@@ -468,19 +474,21 @@ FOUND_2026_12_07_THIRD = {
     "PYSEC-2026-4007": "accepted-risk",
     "PYSEC-2026-4008": "accepted-risk",
     "CVE-2026-69147": "accepted-risk",  # < 0.28.0: request-chosen video backend, not in 0.7.3
-    "CVE-2026-100654": "accepted-risk",  # < 0.29.0: stop_token_ids with min_tokens: reachable, open
+    "CVE-2026-100654": "accepted-risk",  # < 0.29.0: stop_token_ids with min_tokens: reachable, now guarded
 }
 KV_TRANSFER_UNREAD = tuple(f"PYSEC-2026-{number}" for number in range(4004, 4009))
-OPEN_ON_0_7_3 = ("PYSEC-2026-3997", "PYSEC-2026-3998", "CVE-2026-100654")
+# Found reachable on 0.7.3, then closed by the request guard's token-id rule (token_id_out_of_vocabulary).
+GUARDED_ON_0_7_3 = ("PYSEC-2026-3997", "PYSEC-2026-3998", "CVE-2026-100654")
 
 
 def test_the_third_pass_records_are_listed_with_their_verdicts(data: list[dict], pins: dict) -> None:
     found = {entry["id"]: entry for entry in data if entry["id"] in FOUND_2026_12_07_THIRD}
     assert {ident: entry["status"] for ident, entry in found.items()} == FOUND_2026_12_07_THIRD
     assert all(entry["package"] == "vllm" and advisories.affected(entry, pins["vllm"]) for entry in found.values())
-    # records not read keep their range marked unverified; the ones found open say so in the table
+    # records not read keep their range marked unverified; the ones found reachable name the guard rule that closes them
     assert [ident for ident, entry in found.items() if entry.get("range_verified") is False] == list(KV_TRANSFER_UNREAD)
-    assert all("OPEN" in found[ident]["mitigation"] for ident in OPEN_ON_0_7_3)
+    assert all("token_id_out_of_vocabulary" in found[ident]["mitigation"] for ident in GUARDED_ON_0_7_3)
+    assert guard.TOKEN_ID_LIST_FIELDS and guard.LOGIT_BIAS_FIELD  # the rule those mitigations name exists
     assert "PYSEC-2026-4198" in {entry["id"] for entry in data}  # still listed, still unassessed
 
 

@@ -525,6 +525,8 @@ def guard_fields(module) -> set:
         module.CONVERSATIONS_FIELD,
         module.QUESTIONS_FIELD,
         module.NESTED_PARAMS_FIELD,
+        *module.TOKEN_ID_LIST_FIELDS,
+        module.LOGIT_BIAS_FIELD,
     }
 
 
@@ -618,8 +620,46 @@ def test_the_role_writes_the_settings_the_guard_reads() -> None:
     from harness.ansible_vars import render
 
     config = render("gpu-box", "__vllm_service_guard_config", roles=("gpubox", "vllm_service"))
-    assert guard.check_config(config) == guard.DEFAULTS
+    # the role's knobs at their defaults, and the served model's vocabulary (Qwen2.5-14B-Instruct's config.json)
+    assert guard.check_config(config) == {**guard.DEFAULTS, "vocab_size": 152064}
     config = render(
         "gpu-box", "__vllm_service_guard_config", roles=("gpubox", "vllm_service"), extra_vars={"vllm_service_max_n": 2}
     )
     assert guard.check_config(config)["max_n"] == 2
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"prompt": [1, 2, 512], "max_tokens": 1}, "prompt"),  # one token-id prompt, an id one past the end
+        ({"prompt": [[1, 2], [3, 99999]]}, "prompt"),  # a list of token-id prompts
+        ({"prompt": "hi", "stop_token_ids": [2, 600], "min_tokens": 4}, "stop_token_ids"),  # CVE-2026-100654
+        ({"messages": [], "allowed_token_ids": [-1]}, "allowed_token_ids"),  # negative
+        ({"prompt": "hi", "logit_bias": {"513": 5}}, "logit_bias"),
+        ({"sampling_params": {"stop_token_ids": [512]}}, "sampling_params.stop_token_ids"),
+    ],
+)
+def test_a_token_id_outside_the_models_vocabulary_is_refused_naming_the_field(body: dict, field: str) -> None:
+    config = guard.check_config({"vocab_size": 512})
+    found = guard.refusal(json.dumps(body).encode(), config)
+    assert found is not None and found.field == field and found.code == "token_id_out_of_vocabulary", found
+    assert "ids 0 to 511" in found.message
+    # control: without the model's vocabulary (no setting), the same body passes on as before
+    assert guard.refusal(json.dumps(body).encode(), guard.check_config({})) is None
+
+
+def test_token_ids_inside_the_vocabulary_and_text_prompts_pass() -> None:
+    config = guard.check_config({"vocab_size": 512})
+    for body in (
+        {"prompt": [0, 1, 511]},
+        {"prompt": [[0], [511]], "stop_token_ids": [511], "allowed_token_ids": [0, 5], "logit_bias": {"7": -100}},
+        {"prompt": ["a string", "another"], "logit_bias": {"not-an-id": 1}},
+        {"prompt": "text", "stop_token_ids": None},
+    ):
+        assert guard.refusal(json.dumps(body).encode(), config) is None, body
+
+
+@pytest.mark.parametrize("vocab", [0, -5, "512", True, 1.5])
+def test_a_bad_vocab_size_setting_stops_the_guard_naming_it(vocab) -> None:
+    with pytest.raises(guard.GuardConfigError, match="vocab_size"):
+        guard.check_config({"vocab_size": vocab})

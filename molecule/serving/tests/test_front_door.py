@@ -174,6 +174,24 @@ def test_a_request_with_its_own_chat_template_is_refused_with_json(host, body, p
     assert error["param"] == param and "vllm_service_allow_request_chat_template" in error["message"], error
 
 
+def test_a_token_id_past_the_models_vocabulary_is_refused_and_the_engine_keeps_serving(host):
+    # roles/vllm_service/files/gpubox_vllm_guard.py: the tiny model has 512 ids (its config.json, written into the
+    # guard's settings by the role); an id past them would index the engine's tables (CVE-2026-100654 and others).
+    for body, param in (
+        ({"prompt": [1, 2, 512]}, "prompt"),
+        ({"prompt": "hello", "stop_token_ids": [9999], "min_tokens": 2}, "stop_token_ids"),
+    ):
+        body = {"model": SERVED, "max_tokens": 4, **body}
+        result = _from(CLIENT, host, mode="request", method="POST", path="/v1/completions", use_key=True, body=body)
+        assert result["status"] == 400, result
+        error = json.loads(result["body"])["error"]
+        assert error["param"] == param and error["code"] == "token_id_out_of_vocabulary", error
+    # control: a token-id prompt inside the vocabulary is answered (the unit tests hold the bound's last id)
+    body = {"model": SERVED, "prompt": [1, 2, 3], "max_tokens": 2}
+    result = _from(CLIENT, host, mode="request", method="POST", path="/v1/completions", use_key=True, body=body)
+    assert result["status"] == 200, result
+
+
 def test_without_a_tenants_key_the_front_door_answers_401(host):
     for key in (None, "not-a-tenant-key-0123456789", _key().upper(), _engine_key(host)):
         result = _from(CLIENT, host, mode="request", path="/v1/models", use_key=key or False)

@@ -22,6 +22,12 @@ to do, whichever field asks it:
   is refused: grammar conversion's cost grows steeply with nesting; 0.32.0 refuses a schema deeper than 64 (plus 16
   for a structural tag's wrapping) only inside the route (sampling_params.py 36-44, 214-257, 1288-1290) and 0.7.3
   has no bound; the guard's 80 is 0.32.0's two figures together, room for response_format's or a tool's wrapping;
+- token ids (``prompt`` as token-id lists, ``stop_token_ids``, ``allowed_token_ids``, the keys of ``logit_bias``)
+  must lie in the model's vocabulary, ``0`` to ``vocab_size - 1`` (the model's config.json, written by the role):
+  vLLM 0.7.3 checks none of them against it, and an id past the end indexes the embedding table or the
+  logits on the GPU (CVE-2026-100654, ``stop_token_ids`` with ``min_tokens``; PYSEC-2026-3997 and PYSEC-2026-3999,
+  token-id prompts; PYSEC-2026-3998, ``allowed_token_ids`` checked against the tokenizer's length), which stops
+  the engine for every client, not the request alone;
 - the guided-decoding backend is the server's (0.7.3's ``--guided-decoding-backend``, 0.32.0's
   ``--structured-outputs-config``): a request that names one is refused, whatever the name. No allowlist: which
   backend compiles and caches a grammar (0.7.3's outlines keeps the disk cache CVE-2025-29770 fills) is the
@@ -115,6 +121,13 @@ STRUCTURED_OUTPUTS_FIELD = "structured_outputs"
 PROMPT_LIST_FIELDS = ("prompt", "prompt_embeds", "items")
 CONVERSATIONS_FIELD = "messages"
 QUESTIONS_FIELD = "questions"
+# Fields that hold token ids, each checked against the model's vocabulary (a list of ids; prompt: one token-id list or
+# a list of them; logit_bias: ids as its keys). 0.7.3 entrypoints/openai/protocol.py: stop_token_ids and
+# allowed_token_ids (ChatCompletionRequest and CompletionRequest), logit_bias (keys turned into ints), prompt
+# (CompletionRequest: token-id lists). 0.32.0's token-in route types its prompt_token_ids as non-negative itself.
+TOKEN_ID_LIST_FIELDS = ("stop_token_ids", "allowed_token_ids")
+TOKEN_ID_PROMPT_FIELD = "prompt"
+LOGIT_BIAS_FIELD = "logit_bias"
 # A nested request of its own (the token-in route's sampling parameters).
 NESTED_PARAMS_FIELD = "sampling_params"
 # The deepest a grammar field may nest objects and arrays: vLLM 0.32.0's bound for a schema (64) plus its allowance
@@ -160,6 +173,9 @@ DEFAULTS = {
     "max_n": 8,  # vllm_service_max_n
     "max_guided_decoding_bytes": 16384,  # vllm_service_max_guided_decoding_bytes
 }
+# Facts of the served model the role writes beside the knobs (not role variables): vocab_size, from its config.json.
+# Absent, token ids are not checked against a vocabulary.
+MODEL_SETTINGS = ("vocab_size",)
 _BODY_METHODS = frozenset({"POST", "PUT", "PATCH"})
 
 
@@ -171,9 +187,11 @@ def check_config(raw: object) -> dict:
     """The settings with defaults filled in, or GuardConfigError naming the first bad key."""
     if not isinstance(raw, dict):
         raise GuardConfigError(f"{CONFIG_FILE}: the settings must be a JSON object, got {type(raw).__name__}")
-    unknown = sorted(set(raw) - set(DEFAULTS))
+    unknown = sorted(set(raw) - set(DEFAULTS) - set(MODEL_SETTINGS))
     if unknown:
-        raise GuardConfigError(f"{CONFIG_FILE}: unknown setting(s) {unknown}; known: {sorted(DEFAULTS)}")
+        raise GuardConfigError(
+            f"{CONFIG_FILE}: unknown setting(s) {unknown}; known: {sorted([*DEFAULTS, *MODEL_SETTINGS])}"
+        )
     config = {**DEFAULTS, **raw}
     role = "vllm_service_"
     if not isinstance(config["allow_request_chat_template"], bool):
@@ -182,6 +200,9 @@ def check_config(raw: object) -> dict:
         value = config[key]
         if isinstance(value, bool) or not isinstance(value, int) or value < 1:
             raise GuardConfigError(f"{role}{key} must be a whole number of at least 1, got {value!r}")
+    vocab = config.get("vocab_size")
+    if vocab is not None and (isinstance(vocab, bool) or not isinstance(vocab, int) or vocab < 1):
+        raise GuardConfigError(f"vocab_size must be the model's vocab_size, a whole number from 1, got {vocab!r}")
     for key, reserved in (
         ("chat_template_kwargs_allowed", TEMPLATE_CALL_PARAMETERS),
         ("mm_processor_kwargs_allowed", PROCESSOR_LOAD_PARAMETERS),
@@ -300,6 +321,45 @@ def _backend_refusal(data: dict, prefix: str) -> Refusal | None:
     )
 
 
+def _token_ids(data: dict) -> list:
+    """(field, id) of every token id ``data`` holds, where a field's value is shaped as vLLM reads it."""
+    found = []
+    for field in TOKEN_ID_LIST_FIELDS:
+        value = data.get(field)
+        if isinstance(value, list):
+            found += [(field, item) for item in value]
+    prompt = data.get(TOKEN_ID_PROMPT_FIELD)
+    if isinstance(prompt, list):
+        for item in prompt:
+            if isinstance(item, list):
+                found += [(TOKEN_ID_PROMPT_FIELD, token) for token in item]
+            elif isinstance(item, int):
+                found.append((TOKEN_ID_PROMPT_FIELD, item))
+    bias = data.get(LOGIT_BIAS_FIELD)
+    if isinstance(bias, dict):
+        for key in bias:
+            try:
+                found.append((LOGIT_BIAS_FIELD, int(key)))
+            except ValueError:
+                continue  # not a token id: vLLM's request model refuses it itself
+    return found
+
+
+def _token_refusal(data: dict, prefix: str, config: dict) -> Refusal | None:
+    vocab = config.get("vocab_size")
+    if vocab is None:
+        return None
+    for field, token in _token_ids(data):
+        if isinstance(token, bool) or not isinstance(token, int) or 0 <= token < vocab:
+            continue  # not an integer: vLLM's request model refuses it itself
+        return Refusal(
+            prefix + field,
+            "token_id_out_of_vocabulary",
+            f"{prefix + field} holds token id {token}; this model's vocabulary has ids 0 to {vocab - 1}.",
+        )
+    return None
+
+
 def _sequences_per_prompt(data: dict) -> int:
     """What each prompt starts: best_of sequences when set (vLLM 0.7.3 makes it at least n), else n."""
     counts = [data.get(field) for field in COUNT_FIELDS]
@@ -399,6 +459,7 @@ def refusal(body: bytes, config: dict | None = None) -> Refusal | None:
         scopes.append((NESTED_PARAMS_FIELD + ".", data[NESTED_PARAMS_FIELD]))
     for prefix, scope in scopes:
         found = _backend_refusal(scope, prefix) or _count_refusal(scope, prefix, config)
+        found = found or _token_refusal(scope, prefix, config)
         if found:
             return found
     prompts, field = _fanout(data)
