@@ -106,7 +106,7 @@ def kv_pin_env(fact: Any) -> str:
 
 
 def kv_pin_argument(state: Any) -> str:
-    """"$GPUBOX_KV_CACHE_PIN" where the box pins its KV cache itself, else "" (module_utils.kv_pin.argument)."""
+    """The unit's pin argument ($GPUBOX_KV_CACHE_PIN) where the box pins its KV cache, else "" (kv_pin.argument)."""
     return kv_pin.argument(state)
 
 

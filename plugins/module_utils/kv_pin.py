@@ -38,7 +38,8 @@ _SHA = re.compile(r"^[0-9a-f]{40,64}$")
 
 def _flag() -> desired_state_schema.Flag:
     row = next(row for row in desired_state_schema.ROWS if row.name == VARIABLE)
-    assert row.flag is not None
+    if row.flag is None:
+        raise ValueError(f"the schema renders no flag for {VARIABLE}")
     return row.flag
 
 

@@ -44,7 +44,7 @@ def test_a_start_that_measured_writes_the_pin_and_a_later_run_keeps_it() -> None
     assert after["action"] == "write"
     fact = after["fact"]
     assert fact == {"bytes": 6297440256, "unit_checksum": UNIT, "measured_at": "2026-12-07T01:00:00Z", "gib": 5.86}
-    assert kv_pin.env_line(fact) == "GPUBOX_KV_CACHE_PIN=--kv-cache-memory-bytes=6297440256"
+    assert kv_pin.env_line(fact) == "GPUBOX_KV_CACHE_PIN=" + f"--kv-cache-memory-bytes={6297440256}"
     # the next run of the same unit keeps it, before the restart and after (never re-measured from a pinned start)
     assert kv_pin.decide(LTS, fact, UNIT) == {"action": "keep", "fact": fact, "why": "pinned"}
     assert kv_pin.decide(LTS, fact, UNIT, vllm_startup.measured(CPU_LOG), "later")["action"] == "keep"
