@@ -432,7 +432,7 @@ def fleet_load_lines(roll: dict) -> list[str]:
     lines = [
         "",
         f"Rolling rebuild (rebuild.yml, one box a turn, HAProxy and nginx reloaded during it) under {roll['clients']} "
-        "streaming clients (5-15 s chats through the gateway, the engine stand-in on every box; 10 clients share one "
+        "streaming clients (3-8 s chats through the gateway, the engine stand-in on every box; 10 clients share one "
         f"session): {float(roll['seconds']):.0f} s.",
         "",
         "| phase | streams | failed | truncated | TTFT p50 (ms) | TTFT p99 (ms) |",
