@@ -406,12 +406,17 @@ def test_the_four_vllm_advisories_of_2026_12_07_are_listed_with_their_verdicts(d
     assert not advisories.affected(found["CVE-2026-105760"], pins["vllm"])
 
 
+def _named_without_their_risks(data: list[dict], pins: dict, ids) -> list[str]:
+    """The advisories the check names once ``ids`` lose their accepted risks (marked fixed by the pin): a control."""
+    stripped = [{**entry, "status": "fixed-by-pin"} if entry["id"] in ids else entry for entry in data]
+    return sorted(line.split(":", 1)[0] for line in advisories.problems(stripped, pins))
+
+
 def test_control_without_their_accepted_risks_the_check_fails_and_a_range_from_0_would_reach_0_7_3(
     data: list[dict], pins: dict
 ) -> None:
-    stripped = [{**entry, "status": "fixed-by-pin"} if entry["id"] in FOUND_2026_12_07 else entry for entry in data]
-    found = advisories.problems(stripped, pins)
-    assert sorted(line.split(":", 1)[0] for line in found) == ["CVE-2026-105757", "PYSEC-2026-4198", "PYSEC-2026-4325"]
+    named = _named_without_their_risks(data, pins, FOUND_2026_12_07)
+    assert named == ["CVE-2026-105757", "PYSEC-2026-4198", "PYSEC-2026-4325"]
     glmga = next(entry for entry in data if entry["id"] == "CVE-2026-105760")
     found = advisories.problems([{**glmga, "affected": ["<0.30.0"]}], pins)  # the text's reading, not the range's
     assert len(found) == 1 and "no risk is accepted" in found[0], found
@@ -439,22 +444,28 @@ def test_the_seven_vllm_records_of_the_second_pass_are_listed_with_their_verdict
 
 
 def test_control_without_the_second_pass_accepted_risks_the_check_names_all_seven(data: list[dict], pins: dict) -> None:
-    stripped = [
-        {**entry, "status": "fixed-by-pin"} if entry["id"] in FOUND_2026_12_07_SECOND else entry for entry in data
-    ]
-    found = advisories.problems(stripped, pins)
-    assert sorted(line.split(":", 1)[0] for line in found) == sorted(FOUND_2026_12_07_SECOND), found
+    assert _named_without_their_risks(data, pins, FOUND_2026_12_07_SECOND) == sorted(FOUND_2026_12_07_SECOND)
+
+
+def _lts_580_entries(fixed: dict) -> dict:
+    """lts-580's table by id, every one of ``fixed`` in it as fixed by the pin."""
+    path, _, _ = advisories.stack_paths("lts-580")
+    entries = {entry["id"]: entry for entry in advisories.load_advisories(path)}
+    assert all(entries[ident]["status"] == "fixed-by-pin" for ident in fixed)
+    return entries
+
+
+def _lts_580_named_if(entries: dict, ids, lts_pins: dict, **said) -> list[str]:
+    """The advisories the check names on lts-580 had the records of ``ids`` said ``said`` (a control)."""
+    found = advisories.problems([{**entries[ident], **said} for ident in ids], lts_pins)
+    return sorted(line.split(":", 1)[0] for line in found)
 
 
 def test_lts_580_is_outside_the_vuldb_ranges_only_as_stated_and_says_so(lts_pins: dict) -> None:
-    path, _, _ = advisories.stack_paths("lts-580")
-    entries = {entry["id"]: entry for entry in advisories.load_advisories(path)}
-    assert all(entries[ident]["status"] == "fixed-by-pin" for ident in FOUND_2026_12_07_SECOND)
+    entries = _lts_580_entries(FOUND_2026_12_07_SECOND)
     assert all("no fix" in entries[ident]["note"] for ident in VULDB_NO_FIX)
     # control: had the records named 0.32.0 as well (no fix is named), lts-580 would carry both open
-    widened = [{**entries[ident], "affected": ["<=0.32.0"]} for ident in VULDB_NO_FIX]
-    found = advisories.problems(widened, lts_pins)
-    assert sorted(line.split(":", 1)[0] for line in found) == sorted(VULDB_NO_FIX), found
+    assert _lts_580_named_if(entries, VULDB_NO_FIX, lts_pins, affected=["<=0.32.0"]) == sorted(VULDB_NO_FIX)
 
 
 # --- 2026-12-07, third pass: the records the second pass named, and CVE-2026-100654 --------------------------------
@@ -493,18 +504,12 @@ def test_the_third_pass_records_are_listed_with_their_verdicts(data: list[dict],
 
 
 def test_control_without_the_third_pass_accepted_risks_the_check_names_all(data: list[dict], pins: dict) -> None:
-    third = FOUND_2026_12_07_THIRD
-    stripped = [{**entry, "status": "fixed-by-pin"} if entry["id"] in third else entry for entry in data]
-    found = advisories.problems(stripped, pins)
-    assert sorted(line.split(":", 1)[0] for line in found) == sorted(FOUND_2026_12_07_THIRD), found
+    assert _named_without_their_risks(data, pins, FOUND_2026_12_07_THIRD) == sorted(FOUND_2026_12_07_THIRD)
 
 
 def test_lts_580_is_outside_the_third_pass_ranges_and_says_where_that_is_unchecked(lts_pins: dict) -> None:
-    path, _, _ = advisories.stack_paths("lts-580")
-    entries = {entry["id"]: entry for entry in advisories.load_advisories(path)}
-    assert all(entries[ident]["status"] == "fixed-by-pin" for ident in FOUND_2026_12_07_THIRD)
+    entries = _lts_580_entries(FOUND_2026_12_07_THIRD)
     assert all("not checked" in entries[ident]["note"] for ident in KV_TRANSFER_UNREAD)
     # control: had 0.30.0 not fixed them (the digest's reading: fix pull requests still open), lts-580 would be open
-    unfixed = [{**entries[ident], "affected": ["<=0.32.0"], "fixed_in": None} for ident in KV_TRANSFER_UNREAD]
-    found = advisories.problems(unfixed, lts_pins)
-    assert sorted(line.split(":", 1)[0] for line in found) == sorted(KV_TRANSFER_UNREAD), found
+    named = _lts_580_named_if(entries, KV_TRANSFER_UNREAD, lts_pins, affected=["<=0.32.0"], fixed_in=None)
+    assert named == sorted(KV_TRANSFER_UNREAD)
