@@ -29,7 +29,6 @@ from typing import Any
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import desired_state_schema, vllm_startup
 
-FACT = "gpubox_kv_pin"
 ENV_VAR = "GPUBOX_KV_CACHE_PIN"
 VARIABLE = "gpubox_kv_cache_memory_bytes"
 _GIB = 1024**3
