@@ -67,8 +67,8 @@ def minflt(pid: int) -> int:
 
 
 def workers(master_sock: Path) -> list[int]:
-    """The current workers' process ids (the master CLI's `show proc`: one line per process, its type second); the
-    master answers there once its workers are up and not while it re-executes itself: asked again for up to 10 s."""
+    """The current workers' process ids (the master CLI's `show proc`, read by the role's runtime client); the master
+    answers there once its workers are up and not while it re-executes itself: asked again for up to 10 s."""
     deadline = time.monotonic() + 10
     while True:
         try:
@@ -78,8 +78,7 @@ def workers(master_sock: Path) -> list[int]:
             if time.monotonic() > deadline:
                 raise
             time.sleep(0.1)
-    rows = text.split("# old workers")[0].splitlines()
-    return [int(row.split()[0]) for row in rows if len(row.split()) > 1 and row.split()[1] == "worker"]
+    return live_proxies.haproxy_runtime.workers(text)
 
 
 class Slow(http.server.BaseHTTPRequestHandler):

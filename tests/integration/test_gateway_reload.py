@@ -46,9 +46,7 @@ class Slow(http.server.BaseHTTPRequestHandler):
 
 
 def old_workers(path: Path) -> int:
-    text = live_proxies.haproxy_cli(path, "show proc")
-    section = text.split("# old workers", 1)[1].split("#", 1)[0] if "# old workers" in text else ""
-    return sum(1 for line in section.splitlines() if line.strip())
+    return live_proxies.haproxy_runtime.old_workers(live_proxies.haproxy_cli(path, "show proc"))
 
 
 def reload_with(tmp: Path, caps: list[str]) -> tuple[int, int, int]:

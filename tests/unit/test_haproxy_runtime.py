@@ -44,6 +44,11 @@ def test_old_workers_are_counted_from_their_section_only() -> None:
     assert haproxy_runtime.old_workers(SHOW_PROC.replace("# old workers", "# more workers")) == 0  # control
 
 
+def test_the_current_workers_are_the_pids_of_their_section_only() -> None:
+    assert haproxy_runtime.workers(SHOW_PROC) == [4180]
+    assert haproxy_runtime.workers(SHOW_PROC.replace("# workers", "# other")) == []  # control: not the old ones
+
+
 def test_stat_gives_each_box_its_state_answers_and_streams_in_flight() -> None:
     assert haproxy_runtime.servers(SHOW_STAT, "pool_tiny") == {
         "box1": {"pool": "pool_tiny", "status": "UP", "requests": 31, "errors": 0, "in_flight": 2, "weight": 100},

@@ -61,15 +61,25 @@ def ask(path: str, command: str, timeout: float = 5.0) -> str:
             data += chunk
 
 
-def old_workers(show_proc: str) -> int:
-    """The workers `show proc` lists under "# old workers"."""
-    section, old = "", 0
+def proc_section(show_proc: str, section: str) -> list[list[str]]:
+    """The fields of each line `show proc` lists under ``section`` ("# workers", "# old workers", ...)."""
+    current, rows = "", []
     for line in show_proc.splitlines():
         if line.startswith("#"):
-            section = line.strip()
-        elif line.strip() and section == "# old workers":
-            old += 1
-    return old
+            current = line.strip()
+        elif line.strip() and current == section:
+            rows.append(line.split())
+    return rows
+
+
+def old_workers(show_proc: str) -> int:
+    """The workers `show proc` lists under "# old workers"."""
+    return len(proc_section(show_proc, "# old workers"))
+
+
+def workers(show_proc: str) -> list[int]:
+    """The process ids of the current workers, those `show proc` lists under "# workers"."""
+    return [int(fields[0]) for fields in proc_section(show_proc, "# workers")]
 
 
 def stat_rows(show_stat: str) -> list[dict[str, str]]:
