@@ -8,6 +8,7 @@ HAProxy, nginx's pid, logs and temp paths in the caller's directory). Missing bi
 
 from __future__ import annotations
 
+import http.server
 import importlib.util
 import os
 import shlex
@@ -17,6 +18,7 @@ import socket
 import ssl
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -110,6 +112,37 @@ def start_on_a_free_port(launch: Callable[[int], subprocess.Popen], what: str) -
             raise
         return proc, port
     raise AssertionError("unreachable")
+
+
+class _Slow(http.server.BaseHTTPRequestHandler):
+    """TEST ONLY: answers every GET and POST "ok" (HTTP/1.1, kept alive) after the server's ``delay`` seconds, the
+    request's body read first."""
+
+    protocol_version = "HTTP/1.1"
+
+    def _answer(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        time.sleep(self.server.delay)  # type: ignore[attr-defined]
+        self.send_response(200)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"ok")
+
+    do_GET = do_POST = _answer  # http.server calls them by these names
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def slow_backend(delay: float) -> http.server.ThreadingHTTPServer:
+    """TEST ONLY: a backend on a loopback port of its own (``.server_address[1]``) that answers each request "ok"
+    after ``delay`` seconds, so that a burst is in flight at once; served from a thread until ``.shutdown()``.
+    Connections a proxy ends mid-request (a reload's old worker) are not reported."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Slow)
+    server.delay = delay  # type: ignore[attr-defined]
+    server.handle_error = lambda *args: None  # type: ignore[method-assign]
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
 
 
 def unverified_tls() -> ssl.SSLContext:

@@ -18,7 +18,6 @@ import os
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -81,21 +80,6 @@ def workers(master_sock: Path) -> list[int]:
     return live_proxies.haproxy_runtime.workers(text)
 
 
-class Slow(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers["Content-Length"]))
-        time.sleep(0.05)  # every request of a burst in flight at once
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 def start(tmp: Path, backend: int, env: dict[str, str]) -> tuple[subprocess.Popen, int, Path]:
     """HAProxy as Debian's unit starts it (ExecStart: -Ws -f $CONFIG -p $PIDFILE $EXTRAOPTS, with -S), its
     environment this process's without GLIBC_TUNABLES plus ``env``: (the master, its port, its master CLI)."""
@@ -140,9 +124,7 @@ def burst_faults(port: int, worker: int) -> int:
 
 @pytest.fixture
 def backend():
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    server.handle_error = lambda *args: None  # connections HAProxy's previous worker ends on a reload
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server = live_proxies.slow_backend(0.05)  # every request of a burst in flight at once
     yield server.server_address[1]
     server.shutdown()
 

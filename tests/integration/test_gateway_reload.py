@@ -14,7 +14,6 @@ import re
 import shutil
 import signal
 import subprocess
-import threading
 import time
 from pathlib import Path
 
@@ -31,28 +30,13 @@ def bounding_set() -> list[str]:
     return line.split("=", 1)[1].split()
 
 
-class Slow(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        time.sleep(0.2)
-        self.send_response(200)
-        self.send_header("Content-Length", "2")
-        self.end_headers()
-        self.wfile.write(b"ok")
-
-    def log_message(self, *args) -> None:
-        pass
-
-
 def old_workers(path: Path) -> int:
     return live_proxies.haproxy_runtime.old_workers(live_proxies.haproxy_cli(path, "show proc"))
 
 
 def reload_with(tmp: Path, caps: list[str]) -> tuple[int, int, int]:
     """(old workers left 8 s after a reload, requests, connections closed by HAProxy) for a busy client."""
-    backend = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Slow)
-    threading.Thread(target=backend.serve_forever, daemon=True).start()
+    backend = live_proxies.slow_backend(0.2)
     port = live_proxies.free_port()
     (tmp / "h.cfg").write_text(
         "global\n    user nobody\n    group nogroup\n    hard-stop-after 5s\n"
