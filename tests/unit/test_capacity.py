@@ -11,6 +11,7 @@ import plan as plan_tool
 from ansible_collections.gpubox.gpubox.plugins.filter import gpubox_filters
 from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_planner, model_catalog
 from bench import report as bench
+from harness import markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -306,12 +307,8 @@ def test_million_position_model_logs_its_rotary_cache_in_the_weights() -> None:
 
 
 def _facts_table() -> dict[str, list[str]]:
-    rows = {}
-    for line in FACTS_MD.read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) >= 9 and cells[0].startswith("Qwen2.5-"):
-            rows[cells[0]] = cells
-    return rows
+    table = markdown.table(FACTS_MD.read_text(), "## Models")
+    return {row["model"]: list(row.values()) for row in table if row["model"].startswith("Qwen2.5-")}
 
 
 def test_catalog_agrees_with_facts_md() -> None:

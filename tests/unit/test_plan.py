@@ -13,6 +13,7 @@ import yaml
 from ansible.parsing.vault import VaultLib, VaultSecret
 
 import plan as plan_tool
+from harness import markdown
 
 ROOT = Path(__file__).resolve().parents[2]
 PRODUCTION_GROUP_VARS = ROOT / "inventories" / "production" / "group_vars"
@@ -281,11 +282,8 @@ def test_a_host_outside_every_topology_group_names_the_missing_facts(
 
 def test_readme_topology_table_is_the_plan() -> None:
     """README.md's topology table shows `make plan`'s figures for every production topology group."""
-    rows = {}
-    for line in (ROOT / "README.md").read_text().splitlines():
-        cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 8 and cells[0].startswith("`gpu_"):
-            rows[cells[0].strip("`")] = cells[4:]
+    table = markdown.table((ROOT / "README.md").read_text(), "## Supported hardware")
+    rows = {row["group"].strip("`"): list(row.values())[4:] for row in table if row["group"].startswith("`gpu_")}
     groups = plan_tool.topology_groups()
     assert sorted(rows) == sorted(groups)
     for group in groups:

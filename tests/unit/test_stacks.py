@@ -17,6 +17,7 @@ import pytest
 import yaml
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import stacks, state_checks
+from harness import markdown
 from harness.ansible_vars import render
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -311,19 +312,6 @@ def test_day_two_lists_every_stacks_support_dates_from_the_table() -> None:
     assert table in (ROOT / "docs" / "day-two.md").read_text()
 
 
-def markdown_table(text: str, heading: str) -> list[dict[str, str]]:
-    """The first table after the line ``heading`` of a Markdown text: one dict per row, keyed by the header's cells."""
-    lines = text.split(f"\n{heading}\n", 1)[1].splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("|"))
-    rows = []
-    for line in lines[start:]:
-        if not line.startswith("|"):
-            break
-        rows.append([cell.strip() for cell in line.strip().strip("|").split(" | ")])
-    header, body = rows[0], rows[2:]  # rows[1] is the |---| line
-    return [dict(zip(header, cells, strict=True)) for cells in body]
-
-
 def support_problems(rows: list[dict[str, str]]) -> list[str]:
     """What the support dates table lacks: each stack's driver branch and vLLM release, a row each that names the
     stack, with the date the stack table states (stacks.SupportEnd; "not published" where it has none)."""
@@ -342,7 +330,7 @@ def support_problems(rows: list[dict[str, str]]) -> list[str]:
 
 
 def test_day_two_support_dates_cover_every_stacks_driver_branch_and_vllm_release() -> None:
-    rows = markdown_table((ROOT / "docs" / "day-two.md").read_text(), "## Support dates")
+    rows = markdown.table((ROOT / "docs" / "day-two.md").read_text(), "## Support dates")
     assert support_problems(rows) == []
     parts = {row["part"]: row["supported until"] for row in rows}
     assert parts["NVIDIA driver R620 (long-term branch)"] == "2029-09"
@@ -353,7 +341,7 @@ def test_day_two_support_dates_cover_every_stacks_driver_branch_and_vllm_release
 
 
 def test_control_the_support_dates_check_finds_a_missing_branch_a_wrong_date_and_a_missing_source() -> None:
-    rows = markdown_table((ROOT / "docs" / "day-two.md").read_text(), "## Support dates")
+    rows = markdown.table((ROOT / "docs" / "day-two.md").read_text(), "## Support dates")
     without = [row for row in rows if not row["part"].startswith("NVIDIA driver R580")]
     assert support_problems(without) == ["lts-580: no row for NVIDIA driver R580"]
     moved = [{**row, "supported until": "2029-06"} if row["part"].startswith("NVIDIA driver R580") else row
