@@ -100,7 +100,7 @@ class Stack:
 
     @property
     def hash_lock(self) -> str:
-        return re.sub(r"\.txt$", "", self.constraints) + ".hashes.txt"
+        return hash_lock_of(self.constraints)
 
     @property
     def python(self) -> str:
@@ -368,3 +368,9 @@ def problems(stack: Any, release: vllm_words.Release | None = None, pin_dir: Pat
             if not str(flag).startswith("--") or not str(instead or "").strip():
                 found.append(f"release removed_flags: {flag!r} needs a --flag and what to do instead")
     return found
+
+
+def hash_lock_of(constraints: str) -> str:
+    """The hash lock beside a constraints file (roles/python_env/files): constraints-vllm-X.txt's
+    constraints-vllm-X.hashes.txt, as lock_wheels writes it."""
+    return re.sub(r"\.txt$", "", constraints) + ".hashes.txt"

@@ -255,8 +255,7 @@ def pinnable(stack: str, files: Path = FILES) -> list[tuple[str, str, dict[str, 
     ]
     for path in sorted(files.glob(PROPOSALS)):
         proposed = (yaml.safe_load(path.read_text(encoding="utf-8")) or {}).get("stack") or {}
-        constraints = str(proposed.get("constraints") or "")
-        lock = re.sub(r"\.txt$", "", constraints) + ".hashes.txt"
+        lock = stacks.hash_lock_of(str(proposed.get("constraints") or ""))
         rows.append((str(proposed.get("driver_branch")), str(proposed.get("vllm")), f"proposal {path.name}", lock))
     found = []
     for branch, release, where, lock in rows:
