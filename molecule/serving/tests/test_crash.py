@@ -36,6 +36,9 @@ def test_every_point_was_struck_and_the_box_converged_after() -> None:
     final = {run["run"]: run for run in results["final"]}
     assert final["converge"]["rc"] == 0
     assert final["idempotence"]["rc"] == 0 and final["idempotence"]["recap"]["changed"] == 0
+    # ... with the hub's master moved upstream before it: the lock held, no file was fetched (day two, step 2)
+    assert final["idempotence"]["master_now"] != final["idempotence"]["master_was"]
+    assert final["idempotence"]["hub_file_gets"] == []
 
 
 def test_packages_are_consistent(host) -> None:
