@@ -3,7 +3,7 @@
 {{ settings | gpubox.gpubox.canary_setting_problems }} -> [problem naming its gpubox_canary_* variable, ...]
 {{ stats | gpubox.gpubox.canary_choice(run_boxes) }} -> {canary: {pool, rest}}
 {{ asked | gpubox.gpubox.canary_decisions(canaries) }} -> {canary: promote|stop}
-{{ observed | gpubox.gpubox.canary_greedy_failed(hostvars) }} -> [canary whose greedy answers already differ]
+{{ observed | gpubox.gpubox.canary_greedy_failed(hostvars, settings) }} -> [canary its greedy answers already fail]
 {{ {'pool': p} | gpubox.gpubox.canary_verdict(canary, rest, stats_start, stats_end, hostvars, metrics_end,
                                                decisions, settings) }} -> {pool, verdict, reasons, figures, decided_by}
 """
@@ -65,11 +65,19 @@ def canary_blocking(canaries: dict, box: str, hostvars: Any) -> list[str]:
     ]
 
 
-def canary_greedy_failed(observed: dict, hostvars: Any) -> list[str]:
+def canary_greedy_failed(observed: dict, hostvars: Any, settings: dict | None = None) -> list[str]:
+    """The canaries whose greedy answers already fail them, as the verdict will judge them (canary.greedy_judged,
+    with the settings' greedy_tolerance): no window to wait for. Answers that cannot be compared are left to the
+    verdict, which says why."""
+    tolerance = {**canary.DEFAULTS, **(settings if isinstance(settings, dict) else {})}["greedy_tolerance"]
     failed = []
     for box, entry in observed.items():
         answers, same = _greedy(box, entry["rest"], hostvars)
-        if same and answers[box] != answers[entry["rest"][0]]:
+        try:
+            _figures, reason = canary.greedy_judged(box, answers, same, tolerance)
+        except canary.CanaryError:
+            continue
+        if reason:
             failed.append(box)
     return failed
 

@@ -199,23 +199,37 @@ def verdict(
         reasons.append("the canary's vLLM wrote no time-to-first-token histogram in the window: it cannot be judged")
 
     if greedy is not None:
-        others = [box for box in greedy if box != canary]
-        if canary not in greedy or not others:
-            raise CanaryError("the greedy answers need the canary's and one other box's")
-        mine, theirs = greedy[canary], greedy[others[0]]
-        if len(mine) != len(theirs):
-            raise CanaryError("the canary and the other box answered a different number of greedy prompts")
-        differ = [i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b]
-        figures["greedy"] = {"prompts": len(mine), "differ": len(differ), "compared_with": others[0]}
-        if not same_weights:
-            figures["greedy"]["judged"] = False  # a new model commit may answer otherwise: shown, not judged
-        elif mine and len(differ) / len(mine) > float(conf["greedy_tolerance"]):
-            reasons.append(
-                f"greedy answers differ from {others[0]}'s on {len(differ)} of {len(mine)} prompt(s) (first: prompt"
-                f" {differ[0] + 1}: {mine[differ[0]][:80]!r} against {theirs[differ[0]][:80]!r}); with the same"
-                f" weights they must match (gpubox_canary_greedy_tolerance {conf['greedy_tolerance']})"
-            )
+        figures["greedy"], reason = greedy_judged(canary, greedy, same_weights, conf["greedy_tolerance"])
+        if reason:
+            reasons.append(reason)
     return {"verdict": "fail" if reasons else "pass", "reasons": reasons, "figures": figures}
+
+
+def greedy_judged(
+    canary: str, greedy: dict[str, list[str]], same_weights: bool, tolerance: float
+) -> tuple[dict[str, Any], str | None]:
+    """(figures, the reason the canary fails or None) of its greedy answers against one other box's: with the same
+    weights, at most ``tolerance`` (gpubox_canary_greedy_tolerance) of the prompts may be answered otherwise; a new
+    model commit's difference is shown, not judged. The verdict and the rebuild's early check (a canary failed before
+    its window) both judge by this."""
+    others = [box for box in greedy if box != canary]
+    if canary not in greedy or not others:
+        raise CanaryError("the greedy answers need the canary's and one other box's")
+    mine, theirs = greedy[canary], greedy[others[0]]
+    if len(mine) != len(theirs):
+        raise CanaryError("the canary and the other box answered a different number of greedy prompts")
+    differ = [i for i, (a, b) in enumerate(zip(mine, theirs)) if a != b]
+    figures: dict[str, Any] = {"prompts": len(mine), "differ": len(differ), "compared_with": others[0]}
+    if not same_weights:
+        figures["judged"] = False  # a new model commit may answer otherwise: shown, not judged
+        return figures, None
+    if mine and len(differ) / len(mine) > float(tolerance):
+        return figures, (
+            f"greedy answers differ from {others[0]}'s on {len(differ)} of {len(mine)} prompt(s) (first: prompt"
+            f" {differ[0] + 1}: {mine[differ[0]][:80]!r} against {theirs[differ[0]][:80]!r}); with the same"
+            f" weights they must match (gpubox_canary_greedy_tolerance {tolerance})"
+        )
+    return figures, None
 
 
 # The window's own settings beside the judge's (playbooks/rebuild.yml's gpubox_canary_* variables): name, low, high.

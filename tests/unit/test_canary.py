@@ -191,6 +191,11 @@ def test_the_filters_judge_from_each_boxs_facts_and_an_operator_overrules() -> N
     # an engine that answers otherwise: failed at once, and then only a promotion passes it
     hostvars["box1"]["gpubox_rebuild_greedy"] = ["a", "c"]
     assert f.canary_greedy_failed(canaries, hostvars) == ["box1"]
+    # ... unless the declared tolerance allows it: then the window is waited for, as the verdict would pass it
+    tolerant = {**settings, "greedy_tolerance": 0.5}
+    assert f.canary_greedy_failed(canaries, hostvars, tolerant) == []
+    assert "greedy" not in " ".join(f.canary_verdict({"pool": "pool_tiny"}, *args, {}, tolerant)["reasons"])
+    assert f.canary_greedy_failed(canaries, hostvars, {**settings, "greedy_tolerance": 0.4}) == ["box1"]
     assert f.canary_verdict({"pool": "pool_tiny"}, *args, {}, settings)["verdict"] == "fail"
     promoted = f.canary_verdict({"pool": "pool_tiny"}, *args, {"box1": "promote"}, settings)
     assert promoted["verdict"] == "pass" and promoted["decided_by"].startswith("promoted by an operator")
