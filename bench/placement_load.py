@@ -30,8 +30,9 @@ lucky or not, so more draws show the spread. Policies:
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
   prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
   prefix-aware-256  the same with llm_gateway_prefix_bytes: 256 (the role's default: 1024);
-  prefix-aware-150, prefix-aware-unbounded  the same with llm_gateway_hash_balance_factor 150, or 0 (no bound; the
-                 role's default: 120): what the load bound costs the cache (not in the default --policies);
+  prefix-aware-125, prefix-aware-150, prefix-aware-unbounded  the same with llm_gateway_hash_balance_factor 125
+                 (issue 47's 1.25x), 150, or 0 (no bound; the role's default: 120): what the load bound costs the
+                 cache (not in the default --policies);
   vllm-router    vLLM's router (PyPI vllm-router, a Rust binary, in its own venv under ~/.cache/gpubox, made on
                  the first run) with --policy cache_aware, over the same front doors (HTTPS, the boxes'
                  certificates trusted through SSL_CERT_FILE); the client reaches it over plain HTTP (another
@@ -98,6 +99,10 @@ POLICIES: dict[str, dict] = {
         "expect": [PREFIX, "lua.gpubox_route 256 "],
     },
     # what the load bound costs the cache (not the role's default: the busiest box may go past 1.25x the mean)
+    "prefix-aware-125": {
+        "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 125},
+        "expect": [PREFIX, "hash-balance-factor 125"],
+    },
     "prefix-aware-150": {
         "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 150},
         "expect": [PREFIX, "hash-balance-factor 150"],
