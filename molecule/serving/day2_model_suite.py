@@ -453,15 +453,15 @@ class Suite:
 
 def planned_cpu_tokens(config: dict, gib: float, max_len: int) -> int:
     """The tokens vLLM 0.32's V1 accounting gives a KV budget of ``gib`` on the CPU engine, by the planner's own
-    functions (capacity_v1.request_bytes: one batch in flight, as the CPU platform runs). The box renders no
-    --max-num-batched-tokens; vLLM's default is at least max_model_len, and any such value holds a request's whole
-    length in a sliding layer of a window shorter than it."""
+    functions (capacity_v1.request_bytes: one batch in flight, as the CPU platform runs; capacity_v1.kv_tokens). The
+    box renders no --max-num-batched-tokens; vLLM's default is at least max_model_len, and any such value holds a
+    request's whole length in a sliding layer of a window shorter than it."""
     layout = capacity_layout.layout(config)
     layer_token = 2 * config["num_key_value_heads"] * config["head_dim"] * FP32
-    _needed, per_block, blocks = capacity_v1.request_bytes(
+    _needed, per_block, request_blocks = capacity_v1.request_bytes(
         layout.kinds, layout.window, layer_token, (0, 0), max_len, max_len, CPU_BLOCK, in_flight_batches=1
     )
-    return int((int(gib * 1024**3) // per_block) / blocks * max_len)
+    return capacity_v1.kv_tokens(int(gib * 1024**3), per_block, request_blocks, max_len)[1]
 
 
 def main() -> int:

@@ -570,8 +570,7 @@ def _capacity(model: ModelFacts, gpu: GpuFacts, serving: ServingFacts, result: P
     requests = blocks / math.ceil(serving.max_model_len / serving.block_size)
     if serving.engine == "v1" and (model.layout is not None or serving.speculative):  # vLLM 0.32's token figure
         per_request, per_block, request_blocks = capacity_v1.family_request_bytes(model, serving)
-        blocks = max(0, int(kv_bytes // per_block))
-        tokens = int(blocks / request_blocks * serving.max_model_len)
+        blocks, tokens = capacity_v1.kv_tokens(kv_bytes, per_block, request_blocks, serving.max_model_len)
         per_token = max(1, round(per_request / serving.max_model_len))
         requests = blocks / request_blocks
         if kv_bytes > 0 and (problem := capacity_v1.mamba_blocks_problem(model.layout, serving, blocks)):

@@ -342,6 +342,13 @@ def family_request_bytes(model: Any, serving: Any) -> tuple[int, int, int]:
     )  # fmt: skip
 
 
+def kv_tokens(kv_bytes: float, per_block: int, request_blocks: int, max_model_len: int) -> tuple[int, int]:
+    """(blocks, tokens) of a KV budget as vLLM 0.32 logs them ("KV cache size: N tokens"): whole blocks of
+    ``per_block`` bytes, and the requests of ``request_blocks`` blocks they hold times max_model_len."""
+    blocks = max(0, int(kv_bytes // per_block))
+    return blocks, int(blocks / request_blocks * max_model_len)
+
+
 def persistent_bytes(model: Any, serving: Any) -> float:
     """runner_buffer_bytes() of a plan's ModelFacts and ServingFacts (the MoE workspace of an expert layout)."""
     experts = model.layout.experts if model.layout else None
