@@ -28,8 +28,11 @@ prompts' texts and the session names, so where a hash puts them: with 16 prompts
 lucky or not, so more draws show the spread. Policies:
   round-robin    the gateway (HAProxy with roles/llm_gateway's file) with llm_gateway_placement: round-robin;
   session-hash   llm_gateway_placement: session (balance hdr(X-Session-Id), consistent, the load bound);
-  prefix-aware   llm_gateway_placement: prefix (a hash of the conversation's first bytes, consistent, the bound);
+  prefix-aware   llm_gateway_placement: prefix (the conversation's first bytes key it; each key a home box, no box
+                 home to more than its share of the keys, the bound: files/gpubox_route.lua, gpubox_place);
   prefix-aware-256  the same with llm_gateway_prefix_bytes: 256 (the role's default: 1024);
+  prefix-hash, prefix-hash-125  the role's prefix file without the homes' lines (EDITS: no gpubox_place, no
+                 use-server): HAProxy's consistent hash of the key alone, at the bound 120 or 125 (what homes add);
   prefix-aware-125, prefix-aware-150, prefix-aware-unbounded  the same with llm_gateway_hash_balance_factor 125
                  (issue 47's 1.25x), 150, or 0 (no bound; the role's default: 120): what the load bound costs the
                  cache (not in the default --policies);
@@ -93,7 +96,7 @@ PREFIX = "balance hash var(txn.gpubox_prefix)"
 POLICIES: dict[str, dict] = {
     "round-robin": {"knobs": {"llm_gateway_placement": "round-robin"}, "expect": ["balance roundrobin"]},
     "session-hash": {"knobs": {"llm_gateway_placement": "session"}, "expect": ["balance hdr("]},
-    "prefix-aware": {"knobs": {"llm_gateway_placement": "prefix"}, "expect": [PREFIX]},
+    "prefix-aware": {"knobs": {"llm_gateway_placement": "prefix"}, "expect": [PREFIX, "lua.gpubox_place 120"]},
     "prefix-aware-256": {
         "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_prefix_bytes": 256},
         "expect": [PREFIX, "lua.gpubox_route 256 "],
@@ -101,21 +104,37 @@ POLICIES: dict[str, dict] = {
     # what the load bound costs the cache (not the role's default: the busiest box may go past 1.25x the mean)
     "prefix-aware-125": {
         "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 125},
-        "expect": [PREFIX, "hash-balance-factor 125"],
+        "expect": [PREFIX, "hash-balance-factor 125", "lua.gpubox_place 125"],
     },
     "prefix-aware-150": {
         "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 150},
-        "expect": [PREFIX, "hash-balance-factor 150"],
+        "expect": [PREFIX, "hash-balance-factor 150", "lua.gpubox_place 150"],
     },
     "prefix-aware-unbounded": {
         "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 0},
-        "expect": [PREFIX],
+        "expect": [PREFIX, "lua.gpubox_place 0"],
         "absent": ["hash-balance-factor"],
+    },
+    # the role's prefix placement without its homes (no gpubox_place, no use-server lines): HAProxy's consistent hash
+    # of the key alone, the bound at 120 and at 125
+    "prefix-hash": {
+        "knobs": {"llm_gateway_placement": "prefix"},
+        "expect": [PREFIX, "hash-balance-factor 120"],
+        "absent": ["lua.gpubox_place"],
+        "edit": "no-homes",
+    },
+    "prefix-hash-125": {
+        "knobs": {"llm_gateway_placement": "prefix", "llm_gateway_hash_balance_factor": 125},
+        "expect": [PREFIX, "hash-balance-factor 125"],
+        "absent": ["lua.gpubox_place"],
+        "edit": "no-homes",
     },
     "vllm-router": {"router": "cache_aware"},
     "vllm-router-rr": {"router": "round_robin"},
 }
-DEFAULT_POLICIES = "round-robin,session-hash,prefix-aware,prefix-aware-256,vllm-router,vllm-router-rr"
+HOMES = ("http-request lua.gpubox_place ", "use-server ")
+EDITS = {"no-homes": lambda conf: "\n".join(line for line in conf.splitlines() if not line.strip().startswith(HOMES))}
+DEFAULT_POLICIES = "round-robin,session-hash,prefix-aware,prefix-hash,prefix-aware-256,vllm-router,vllm-router-rr"
 WORKLOADS = ("shared-prompts", "multi-turn")
 SHARED_SYSTEM = "You are the assistant of this service: answer briefly and say so when you do not know."
 
@@ -320,7 +339,13 @@ def start_gateway(tmp: Path, policy: str, boxes: list) -> tuple[subprocess.Popen
     spec = POLICIES[policy]
     tmp.mkdir(parents=True, exist_ok=True)
     gateway, port = live_proxies.start_gateway(
-        tmp, 0, Path(), {**proxy_load.HIGH_LIMITS_GATEWAY, **spec["knobs"]}, log=tmp / "haproxy.log", boxes=boxes
+        tmp,
+        0,
+        Path(),
+        {**proxy_load.HIGH_LIMITS_GATEWAY, **spec["knobs"]},
+        log=tmp / "haproxy.log",
+        boxes=boxes,
+        edit=EDITS.get(spec.get("edit", "")),
     )
     conf = (tmp / "haproxy.cfg").read_text()
     missing = [line for line in spec["expect"] if line not in conf]

@@ -8,7 +8,7 @@
 --                          a string), no_model, model_not_string, duplicate_model (vLLM's json.loads would keep the
 --                          last one, this gateway would have to guess), model_too_long, too_large (the body filled
 --                          the buffer before its object ended);
---   txn.gpubox_prefix      the key of prefix-aware placement (balance hash var(txn.gpubox_prefix)): the
+--   txn.gpubox_prefix      the key of prefix-aware placement (gpubox_place below; balance hash without it): the
 --                          conversation as sent, the value of "messages" (chat), else "prompt" (completions), else
 --                          "input" (responses, embeddings); where that value is an array of messages, only up to the
 --                          end of its first message whose "role" is "user" (the system prompt(s) and the first
@@ -212,4 +212,121 @@ core.register_action("gpubox_route", { "http-req" }, function(txn, prefix_bytes,
     if string.sub(body, from, from) == "[" then last = math.min(last, first_user_end(body, from, last) or last) end
     txn:set_var("txn.gpubox_prefix", string.sub(body, from, last))
   end
+end, 2)
+
+-- Prefix placement with homes (llm_gateway_placement: prefix). `balance hash` alone puts each key where its hash
+-- falls, so with a few long prompts the boxes hold unequal numbers of them (16 keys on 3 boxes: 7/5/4 or worse in
+-- most draws, docs/design.md), and the box with the most cannot hold them all in its prefix cache. Here each key has
+-- a home box, and no box is home to more than its share of the pool's keys (by weight, rounded up); a key goes to
+-- the first box in its own order (a rendezvous hash of key and box: the same for that key wherever HAProxy runs) that
+-- is below its share. A request goes to its key's home unless the home holds its share of the pool's requests in
+-- flight (the first argument, llm_gateway_hash_balance_factor, counted as HAProxy's hash-balance-factor: percent of
+-- the mean, the request being placed included); then to the first box in the key's order below it. Only boxes that
+-- take new requests count: up, neither drained nor in maintenance, weight above 0 (a canary's share is its weight).
+-- A home that stops taking requests, or holds more than its share after boxes came back, gives its keys new homes
+-- as their requests come. A key unused for one to two generations (the second argument, in seconds) is forgotten.
+-- The homes live in this HAProxy process (one Lua state for all its threads): a reload or restart forgets them, and
+-- keys find homes again in the order they come. It sets txn.gpubox_box, read by the backend's use-server rules; with
+-- no key (or no box up) it sets nothing and HAProxy's own balance places the request.
+local HOMES_MAX = 65536  -- keys per pool; past it a new key has no home and goes by its order and the load bound
+local pools = {}
+
+-- splitmix64's finalizer: spreads a 64-bit integer's bits over all of them (Lua 5.3 integers wrap around).
+local function mix(x)
+  x = (x ~ (x >> 30)) * 0xbf58476d1ce4e5b9
+  x = (x ~ (x >> 27)) * 0x94d049bb133111eb
+  return x ~ (x >> 31)
+end
+
+-- FNV-1a, 64 bits.
+local function fnv(s)
+  local h = 0xcbf29ce484222325
+  for i = 1, #s do h = (h ~ string.byte(s, i)) * 0x100000001b3 end
+  return h
+end
+
+-- A pool's homes in two generations, {key: box} each with its count per box: a key used goes to (or stays in) the
+-- newer one; every generation the older one is dropped whole, so forgetting costs nothing per key.
+local function pool_of(name, now, generation)
+  local pool = pools[name]
+  if pool == nil or now - pool.rotated >= 2 * generation then
+    pool = { new = {}, old = {}, new_n = {}, old_n = {}, n = 0, rotated = now }
+    pools[name] = pool
+  elseif now - pool.rotated >= generation then
+    for _, count in pairs(pool.old_n) do pool.n = pool.n - count end
+    pool.old, pool.old_n, pool.new, pool.new_n, pool.rotated = pool.new, pool.new_n, {}, {}, now
+  end
+  return pool
+end
+
+local function keys_of(pool, box)
+  return (pool.new_n[box] or 0) + (pool.old_n[box] or 0)
+end
+
+-- The key's home box, or nil; a key of the older generation moves to the newer.
+local function home_of(pool, id)
+  local box = pool.new[id]
+  if box == nil then
+    box = pool.old[id]
+    if box ~= nil then
+      pool.old[id], pool.old_n[box] = nil, pool.old_n[box] - 1
+      pool.new[id], pool.new_n[box] = box, (pool.new_n[box] or 0) + 1
+    end
+  end
+  return box
+end
+
+local function set_home(pool, id, box)
+  local was = pool.new[id]
+  if was ~= nil then pool.new_n[was], pool.n = pool.new_n[was] - 1, pool.n - 1 end
+  pool.new[id] = box
+  if box ~= nil then pool.new_n[box], pool.n = (pool.new_n[box] or 0) + 1, pool.n + 1 end
+end
+
+-- Arguments: llm_gateway_hash_balance_factor (0: no load bound) and the homes' generation in seconds.
+core.register_action("gpubox_place", { "http-req" }, function(txn, factor, generation)
+  local key = txn:get_var("txn.gpubox_prefix")
+  local backend = core.backends[txn.f:be_name()]
+  if key == nil or key == "" or backend == nil then return end
+  local id = fnv(key)
+  local boxes, by_name, weight, load = {}, {}, 0, 0
+  for name, server in pairs(backend.servers) do
+    local stats = server:get_stats()
+    local w, status = tonumber(stats.weight) or 0, stats.status or ""
+    if w > 0 and (string.sub(status, 1, 2) == "UP" or status == "no check") then
+      local box = { name = name, weight = w, load = tonumber(stats.scur) or 0, rank = mix(id ~ fnv(name)) }
+      boxes[#boxes + 1], by_name[name] = box, box
+      weight, load = weight + w, load + box.load
+    end
+  end
+  if #boxes == 0 then return end
+  table.sort(boxes, function(a, b) return a.rank < b.rank end)
+  local pool = pool_of(txn.f:be_name(), core.now().sec, tonumber(generation))
+  local function share(box, n) return math.ceil(n * box.weight / weight) end
+  local home = home_of(pool, id)
+  if home ~= nil and (by_name[home] == nil or keys_of(pool, home) > share(by_name[home], pool.n)) then
+    set_home(pool, id, nil)
+    home = nil
+  end
+  if home == nil and pool.n < HOMES_MAX then
+    for _, box in ipairs(boxes) do
+      if keys_of(pool, box.name) < share(box, pool.n + 1) then
+        home = box.name
+        set_home(pool, id, home)
+        break
+      end
+    end
+  end
+  local target = by_name[home] or boxes[1]
+  local bound = tonumber(factor) or 0
+  if bound > 0 then
+    local slots = math.ceil((load + 1) * bound / 100)
+    local function below(box) return box.load < math.max(1, math.ceil(slots * box.weight / weight)) end
+    if not below(target) then
+      for _, box in ipairs(boxes) do
+        if below(box) then target = box break end
+      end
+    end
+  end
+  txn:set_var("txn.gpubox_box", target.name)
 end, 2)
