@@ -8,6 +8,7 @@ HAProxy, nginx's pid, logs and temp paths in the caller's directory). Missing bi
 
 from __future__ import annotations
 
+import contextlib
 import http.server
 import importlib.util
 import os
@@ -18,9 +19,10 @@ import socket
 import ssl
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from ansible_collections.gpubox.gpubox.plugins.module_utils import gateway_pools
@@ -132,6 +134,61 @@ class _Slow(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:
         pass
+
+
+class EngineHandler(http.server.BaseHTTPRequestHandler):
+    """TEST ONLY: the base of the tests' engines behind a front door (HTTP/1.1, kept alive): a GET, the gateway's
+    health check (/health through the front door), gets an empty 200; ``answer`` sends a JSON body; nothing is
+    logged. A test's engine adds its do_POST."""
+
+    protocol_version = "HTTP/1.1"
+
+    def answer(self, status: int, body: bytes = b"") -> None:
+        self.send_response(status)
+        if body:
+            self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # http.server calls it by this name
+        self.answer(200)
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def start_engine(handler: type[EngineHandler], **attributes) -> http.server.ThreadingHTTPServer:
+    """TEST ONLY: ``handler`` served on a loopback port of its own (``.server_address[1]``) from a thread until
+    ``.shutdown()``, the server given ``attributes`` (what the handler reads and records: ``self.server.<name>``)."""
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    for name, value in attributes.items():
+        setattr(server, name, value)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+@contextlib.contextmanager
+def front_doors(engines: dict[str, http.server.ThreadingHTTPServer], knobs: dict[str, dict] | None = None
+                ) -> Iterator[list[tuple[str, int, Path]]]:  # fmt: skip
+    """TEST ONLY: boxes for start_gateway(boxes=...): before each engine of ``engines`` ({box: engine}), nginx with
+    roles/front_door's file (``knobs[box]`` over the role's defaults) whose certificate names the box and which sends
+    ENGINE_KEY on: [(box, front door port, its certificate)]. On exit the front doors stop and the engines shut
+    down."""
+    with contextlib.ExitStack() as stack:
+        for engine in engines.values():
+            stack.callback(engine.shutdown)
+        boxes = []
+        for box, engine in engines.items():
+            # nginx's workers (nobody when the test runs as root) write large bodies under it: a directory of /tmp,
+            # not of pytest's (root's 0700).
+            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"gpubox-{box}-")))
+            proc, port = start_front_door(
+                tmp, engine.server_address[1], (knobs or {}).get(box, {}), name=box, engine_key=ENGINE_KEY
+            )
+            stack.callback(stop, proc)
+            boxes.append((box, port, tmp / "tls.crt"))
+        yield boxes
 
 
 def slow_backend(delay: float) -> http.server.ThreadingHTTPServer:

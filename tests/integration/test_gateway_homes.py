@@ -3,7 +3,7 @@
 Real HAProxy with roles/llm_gateway's rendered file, real nginx with roles/front_door's file for each box; behind
 each front door an engine that records the conversation (the system prompt) of every request it gets, so where a
 request went is where the engine saw it. Each "application" is a system prompt of its own, sent one request at a
-time unless said otherwise (no load bound is reached):
+time and without the load bound, unless a test says otherwise:
 
 - 16 applications: each stays on one box, and no box is home to more than 6 (16 over 3, rounded up); the control:
   the same file without the homes' lines (HAProxy's consistent hash of the key alone) puts 7 of these 16 on one box;
@@ -26,7 +26,6 @@ import http.client
 import http.server
 import json
 import math
-import tempfile
 import threading
 import time
 from collections import Counter
@@ -45,75 +44,43 @@ APPS = [f"You are the assistant of application {n}: answer in the words of its m
 SLOW = "slow"  # an engine holds a request whose question says so for a second
 
 
-class _Engine(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
+class _Engine(live_proxies.EngineHandler):
     def do_POST(self) -> None:  # http.server calls it by this name
         messages = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))["messages"]
         if self.server.refusing:  # type: ignore[attr-defined]
-            self.send_response(503)  # as vLLM's front door answers for an engine stopping (retried by the gateway)
-            self.send_header("Content-Length", "0")
-            self.end_headers()
+            self.answer(503)  # as vLLM's front door answers for an engine stopping (retried by the gateway)
             return
         with self.server.lock:  # type: ignore[attr-defined]
             self.server.seen.append(messages[0]["content"])  # type: ignore[attr-defined]
         if messages[-1]["content"] == SLOW:
             time.sleep(1)
-        answer = b"{}"
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def do_GET(self) -> None:  # the gateway's health check (/health through the front door)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.answer(200, b"{}")
 
 
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    engines: dict[str, http.server.ThreadingHTTPServer] = {}
-    doors, boxes = [], []
-    with contextlib.ExitStack() as stack:
-        try:
-            for box in BOXES:
-                engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-                engine.seen, engine.lock, engine.refusing = [], threading.Lock(), False  # type: ignore[attr-defined]
-                threading.Thread(target=engine.serve_forever, daemon=True).start()
-                engines[box] = engine
-                tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"gpubox-{box}-")))
-                proc, port = live_proxies.start_front_door(
-                    tmp, engine.server_address[1], {}, name=box, engine_key=live_proxies.ENGINE_KEY
-                )
-                doors.append(proc)
-                boxes.append((box, port, tmp / "tls.crt"))
+    engines = {box: live_proxies.start_engine(_Engine, seen=[], lock=threading.Lock(), refusing=False) for box in BOXES}
+    try:
+        with live_proxies.front_doors(engines) as boxes:
 
             @contextlib.contextmanager
             def gateway(name: str, knobs: dict | None = None, edit: Any = None) -> Iterator[tuple[int, Path]]:
                 tmp = tmp_path_factory.mktemp(name)
-                knobs = {"llm_gateway_retries": 0, "llm_gateway_rate_per_client": 1000000, **(knobs or {})}
+                # No load bound but where a test sets one: a request just answered can still count on its box
+                # when the next one is placed (HAProxy ends its stream after the client has the answer), and the
+                # bound would then send that one elsewhere.
+                knobs = {"llm_gateway_retries": 0, "llm_gateway_rate_per_client": 1000000,
+                         "llm_gateway_hash_balance_factor": 0, **(knobs or {})}  # fmt: skip
                 proc, port = live_proxies.start_gateway(tmp, 0, boxes[0][2], knobs, boxes=boxes, edit=edit)
                 try:
-                    for engine in engines.values():
-                        with engine.lock:  # type: ignore[attr-defined]
-                            engine.seen.clear()  # type: ignore[attr-defined]
+                    _where({"engines": engines})  # nothing of an earlier gateway's requests
                     yield port, tmp / "admin.sock"
                 finally:
                     live_proxies.stop(proc)
 
             yield {"engines": engines, "gateway": gateway}
-        except live_proxies.Missing as exc:
-            pytest.fail(str(exc))
-        finally:
-            for proc in doors:
-                live_proxies.stop(proc)
-            for engine in engines.values():
-                engine.shutdown()
+    except live_proxies.Missing as exc:
+        pytest.fail(str(exc))
 
 
 def _ask(port: int, app: str, question: str = "Which page?", status: int = 200) -> None:

@@ -27,7 +27,6 @@ import json
 import random
 import socket
 import ssl
-import tempfile
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -46,9 +45,7 @@ TENANTS = [
 POOLS = {"box-alpha": "alpha", "box-beta": "beta"}
 
 
-class _Engine(http.server.BaseHTTPRequestHandler):
-    protocol_version = "HTTP/1.1"
-
+class _Engine(live_proxies.EngineHandler):
     def do_POST(self) -> None:  # http.server calls it by this name
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             parts = []
@@ -64,71 +61,37 @@ class _Engine(http.server.BaseHTTPRequestHandler):
         with server.lock:  # type: ignore[attr-defined]
             server.seen.append(asked)  # type: ignore[attr-defined]
         answer = json.dumps({"served": server.model, "asked": asked}).encode()  # type: ignore[attr-defined]
-        self.send_response(200 if asked == server.model else 404)  # type: ignore[attr-defined]
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(answer)))
-        self.end_headers()
-        self.wfile.write(answer)
-
-    def do_GET(self) -> None:  # the gateway's health check (/health through the front door)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.answer(200 if asked == server.model else 404, answer)  # type: ignore[attr-defined]
 
 
 def _engine(model: str) -> http.server.ThreadingHTTPServer:
-    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-    engine.model, engine.seen, engine.lock = model, [], threading.Lock()  # type: ignore[attr-defined]
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
-    return engine
+    return live_proxies.start_engine(_Engine, model=model, seen=[], lock=threading.Lock())
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
-    engines, doors, boxes = {}, [], []
-    with contextlib.ExitStack() as stack:
-        yield from _fleet(tmp_path_factory, stack, engines, doors, boxes)
-
-
-def _fleet(tmp_path_factory: pytest.TempPathFactory, stack: contextlib.ExitStack, engines: dict, doors: list,
-           boxes: list) -> Iterator[dict]:  # fmt: skip
+    engines = {box: _engine(model) for box, model in POOLS.items()}
+    knobs = {box: {"gpubox_tenants": TENANTS, "gpubox_served_model_name": model} for box, model in POOLS.items()}
     try:
-        for box, model in POOLS.items():
-            engines[model] = _engine(model)
-            # nginx's workers (nobody when the test runs as root) write large bodies under it: a directory of /tmp,
-            # not of pytest's (root's 0700).
-            tmp = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix=f"gpubox-{box}-")))
-            knobs = {"gpubox_tenants": TENANTS, "gpubox_served_model_name": model}
-            proc, port = live_proxies.start_front_door(
-                tmp, engines[model].server_address[1], knobs, name=box, engine_key=live_proxies.ENGINE_KEY
-            )
-            doors.append(proc)
-            boxes.append((box, port, tmp / "tls.crt"))
-        pair_keys = [(KEY_A, "a"), (KEY_OPS, "ops")]
-        models = {"a": ["alpha"], "ops": None}
+        with live_proxies.front_doors(engines, knobs) as boxes:
+            pair_keys = [(KEY_A, "a"), (KEY_OPS, "ops")]
+            models = {"a": ["alpha"], "ops": None}
 
-        def start(tmp_name: str, edit: Any = None) -> tuple[Any, int]:
-            knobs = {"llm_gateway_retries": 0, "llm_gateway_rate_per_client": 1000000}
-            return live_proxies.start_gateway(
-                tmp_path_factory.mktemp(tmp_name), 0, boxes[0][2], knobs, boxes=boxes,
-                keys=pair_keys, pools=POOLS, tenant_models=models, edit=edit,
-            )  # fmt: skip
+            def start(tmp_name: str, edit: Any = None) -> tuple[Any, int]:
+                knobs = {"llm_gateway_retries": 0, "llm_gateway_rate_per_client": 1000000}
+                return live_proxies.start_gateway(
+                    tmp_path_factory.mktemp(tmp_name), 0, boxes[0][2], knobs, boxes=boxes,
+                    keys=pair_keys, pools=POOLS, tenant_models=models, edit=edit,
+                )  # fmt: skip
 
-        gateway, port = start("gateway")
-        try:
-            yield {"port": port, "engines": engines, "boxes": boxes, "start": start}
-        finally:
-            live_proxies.stop(gateway)
+            gateway, port = start("gateway")
+            try:
+                yield {"port": port, "engines": {POOLS[box]: e for box, e in engines.items()}, "boxes": boxes,
+                       "start": start}  # fmt: skip
+            finally:
+                live_proxies.stop(gateway)
     except live_proxies.Missing as exc:
         pytest.fail(str(exc))
-    finally:
-        for proc in doors:
-            live_proxies.stop(proc)
-        for engine in engines.values():
-            engine.shutdown()
 
 
 def _post(port: int, body: bytes, key: str = KEY_OPS, path: str = "/v1/chat/completions") -> tuple[int, Any]:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import http.client
 import http.server
 import json
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -75,33 +74,18 @@ def test_the_gateway_accepts_every_key_of_the_boxes_tenants() -> None:
     assert 'mode: "0600"' in task and "no_log: true" in task
 
 
-class _Engine(http.server.BaseHTTPRequestHandler):
+class _Engine(live_proxies.EngineHandler):
     def do_POST(self) -> None:  # http.server calls it by this name
         self.rfile.read(int(self.headers.get("Content-Length") or 0))
         self.server.seen.append({"path": self.path, "authorization": self.headers.get("Authorization")})  # type: ignore[attr-defined]
-        body = b'{"ok": true}'
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def do_GET(self) -> None:  # the gateway's health check (/health through the front door)
-        self.send_response(200)
-        self.send_header("Content-Length", "0")
-        self.end_headers()
-
-    def log_message(self, *args: Any) -> None:
-        pass
+        self.answer(200, b'{"ok": true}')
 
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """HAProxy accepting tenant a's current key, tenant b's and ops' (not a's retired one) in front of a front door
     whose tenant a may send one request a minute."""
-    engine = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
-    engine.seen = []  # type: ignore[attr-defined]
-    threading.Thread(target=engine.serve_forever, daemon=True).start()
+    engine = live_proxies.start_engine(_Engine, seen=[])
     tenants = [
         {"name": "a", "keys": [KEY_A], "requests_per_s": 1, "burst": 0},
         {"name": "b", "keys": [KEY_B], "requests_per_s": 1000, "burst": 1000},
