@@ -3,7 +3,7 @@
 
     python bench/proxy_load.py [--levels 1,32,128,256,512] [--tokens 32] [--ttft-ms 50] [--itl-ms 20]
                                [--requests 10] [--rounds 1]
-                               [--variants glibc-defaults,reuse-safe,no-l7-retries,64k-bound,no-homes]
+                               [--variants glibc-defaults,reuse-safe,no-l7-retries,64k-bound,no-homes,purge-5s]
                                [--out bench/proxy-load.json]
 
 Side by side, in one run, on this machine's loopback:
@@ -14,7 +14,8 @@ Side by side, in one run, on this machine's loopback:
   gateway, <v>  with --variants, the same with one setting of the role's changed (VARIANTS below): glibc-defaults
                 (no tunables in HAProxy's environment), reuse-safe (HAProxy's default http-reuse), no-l7-retries
                 (retry-on conn-failure alone), 64k-bound (64 KiB buffers), no-homes (prefix placement by HAProxy's
-                hash alone, no Lua placement), to measure what each costs or saves side by side.
+                hash alone, no Lua placement), purge-5s (idle connections to the box purged at HAProxy's default
+                pace, 5 s; the role's: 60 s), to measure what each costs or saves side by side.
 At each level N, N clients each send --requests streaming chat completions of --tokens tokens one after the
 other on one kept-alive connection, all starting together (--rounds times, the paths in turn; the figures pool
 every round's streams, so that a load passing on this shared machine falls on every path). Per path and level:
@@ -226,6 +227,9 @@ VARIANTS: dict[str, tuple[str, str, int, bool]] = {
     # prefix placement without its homes (files/gpubox_route.lua's gpubox_place, the role's bound and generation):
     # HAProxy's hash of the key alone, as before homes; what the Lua placement costs a request
     "no-homes": ("    http-request lua.gpubox_place 120 150\n", "", 1 << 20, True),
+    # HAProxy's default pool-purge-delay (the role's: 60 s): half of a box's idle connections closed every 5 s, so
+    # that a burst of new clients after a quiet spell opens new TLS connections to the box in their first request
+    "purge-5s": (" pool-purge-delay 60s\n", "\n", 1 << 20, True),
 }
 
 
