@@ -259,6 +259,9 @@ local function pool_of(name, now, generation)
   return pool
 end
 
+-- A box's place in every key's order: its name's hash, computed once per name.
+local name_ids = setmetatable({}, { __index = function(ids, name) ids[name] = fnv(name) return ids[name] end })
+
 local function keys_of(pool, box)
   return (pool.new_n[box] or 0) + (pool.old_n[box] or 0)
 end
@@ -285,8 +288,8 @@ end
 
 -- Arguments: llm_gateway_hash_balance_factor (0: no load bound) and the homes' generation in seconds.
 core.register_action("gpubox_place", { "http-req" }, function(txn, factor, generation)
-  local key = txn:get_var("txn.gpubox_prefix")
-  local backend = core.backends[txn.f:be_name()]
+  local key, pool_name = txn:get_var("txn.gpubox_prefix"), txn.f:be_name()
+  local backend = core.backends[pool_name]
   if key == nil or key == "" or backend == nil then return end
   local id = fnv(key)
   local boxes, by_name, weight, load = {}, {}, 0, 0
@@ -294,14 +297,14 @@ core.register_action("gpubox_place", { "http-req" }, function(txn, factor, gener
     local stats = server:get_stats()
     local w, status = tonumber(stats.weight) or 0, stats.status or ""
     if w > 0 and (string.sub(status, 1, 2) == "UP" or status == "no check") then
-      local box = { name = name, weight = w, load = tonumber(stats.scur) or 0, rank = mix(id ~ fnv(name)) }
+      local box = { name = name, weight = w, load = tonumber(stats.scur) or 0, rank = mix(id ~ name_ids[name]) }
       boxes[#boxes + 1], by_name[name] = box, box
       weight, load = weight + w, load + box.load
     end
   end
   if #boxes == 0 then return end
   table.sort(boxes, function(a, b) return a.rank < b.rank end)
-  local pool = pool_of(txn.f:be_name(), core.now().sec, tonumber(generation))
+  local pool = pool_of(pool_name, core.now().sec, tonumber(generation))
   local function share(box, n) return math.ceil(n * box.weight / weight) end
   local home = home_of(pool, id)
   if home ~= nil and (by_name[home] == nil or keys_of(pool, home) > share(by_name[home], pool.n)) then
